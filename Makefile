@@ -1,0 +1,24 @@
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench eval clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	@for f in examples/*.log examples/*.gz; do [ -e "$$f" ] && $(BIN)/triage diagnose "$$f"; done; true
+
+test: $(STAMP)
+	$(BIN)/pytest
+
+eval: $(STAMP)
+	$(BIN)/triage eval ../shared/corpus/dev.jsonl
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,185 @@
+"""Bytes in, newline-aligned chunks out: gzip, size caps, encoding checks. Never reads a whole file into memory."""
+from __future__ import annotations
+
+import codecs
+import io
+import zlib
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+CHUNK = 8 << 20
+MAX_LINE_BYTES = 1 << 20  # a line longer than this is cut into pieces for scanning
+SNIFF = 64 << 10
+
+
+class UnusableInput(Exception):
+    """Input that cannot be triaged; the message is the one line the user sees."""
+
+
+@dataclass
+class Source:
+    name: str
+    stream: BinaryIO
+    max_bytes: int = 4 << 30
+    bytes_read: int = 0  # bytes of (decompressed) text handed to the scanner
+    truncated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def chunks(self) -> Iterator[bytes]:
+        raw = _Raw(self.stream)
+        head = raw.peek(SNIFF)
+        if not head:
+            raise UnusableInput(f"{self.name}: input is empty")
+        blocks: Iterator[bytes] = raw.blocks()
+        if head[:2] == b"\x1f\x8b":
+            blocks = _gunzip(blocks, self)
+            first = next(blocks, b"")
+            head = first[:SNIFF]
+            blocks = _prepend(first, blocks)
+        elif head[:4] == b"PK\x03\x04":
+            raise UnusableInput(f"{self.name}: zip archives are not supported; unzip and pass the log files")
+        blocks, head = _decode_to_utf8(blocks, head, self.name)
+        _check_text(head, self.name)
+        yield from _align(_cap(blocks, self), self)
+
+
+class _Raw:
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+        self.buf = b""
+
+    def peek(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            more = self.stream.read(n - len(self.buf))
+            if not more:
+                break
+            self.buf += more
+        return self.buf[:n]
+
+    def blocks(self) -> Iterator[bytes]:
+        if self.buf:
+            yield self.buf
+            self.buf = b""
+        while block := self.stream.read(CHUNK):
+            yield block
+
+
+def _prepend(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+    yield from rest
+
+
+def _gunzip(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:
+    d = zlib.decompressobj(wbits=47)
+    produced = 0
+    for block in blocks:
+        data = block
+        while data:
+            try:
+                out = d.decompress(data, CHUNK)
+            except zlib.error:
+                if produced == 0:
+                    raise UnusableInput(f"{src.name}: not a valid gzip file") from None
+                src.truncated = True
+                src.notes.append("gzip stream is corrupt after this point")
+                return
+            produced += len(out)
+            if out:
+                yield out
+            if produced > src.max_bytes:
+                return  # the cap in _cap marks truncation
+            data = d.unconsumed_tail
+            if d.eof:
+                rest = d.unused_data
+                if rest[:2] == b"\x1f\x8b":  # concatenated gzip members
+                    d = zlib.decompressobj(wbits=47)
+                    data = rest
+                else:
+                    data = b""
+    if not d.eof:
+        if produced == 0:
+            raise UnusableInput(f"{src.name}: gzip file is truncated before any data")
+        src.truncated = True
+        src.notes.append("gzip file ends early (truncated download?)")
+
+
+def _decode_to_utf8(blocks: Iterator[bytes], head: bytes, name: str) -> tuple[Iterator[bytes], bytes]:
+    for bom, enc in ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")):
+        if head.startswith(bom):
+            def transcode(blocks=blocks, enc=enc, bom=bom):
+                dec = codecs.getincrementaldecoder(enc)(errors="replace")
+                first = True
+                for b in blocks:
+                    if first:
+                        b, first = b[len(bom):], False
+                    yield dec.decode(b).encode("utf-8")
+                yield dec.decode(b"", final=True).encode("utf-8")
+            it = transcode()
+            first = next(it, b"")
+            return _prepend(first, it), first[:SNIFF]
+    if head.startswith(codecs.BOM_UTF8):
+        return blocks, head[3:]
+    return blocks, head
+
+
+def _check_text(head: bytes, name: str) -> None:
+    if not head.strip():
+        raise UnusableInput(f"{name}: input is empty (only whitespace)")
+    if b"\x00" in head:
+        raise UnusableInput(f"{name}: looks like a binary file (NUL bytes), not a text log")
+    text = head.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd")
+    controls = sum(1 for c in text if ord(c) < 32 and c not in "\t\n\r\x1b\x0c\x08")
+    if (bad + controls) > max(8, len(text) // 20):
+        raise UnusableInput(f"{name}: not a text log (mostly invalid UTF-8 or control bytes)")
+
+
+def _cap(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:
+    for b in blocks:
+        room = src.max_bytes - src.bytes_read
+        if len(b) > room:
+            b = b[:room]
+            src.truncated = True
+            src.notes.append(f"only the first {src.max_bytes >> 20} MiB were read (size cap)")
+        src.bytes_read += len(b)
+        if b:
+            yield b
+        if src.truncated:
+            return
+
+
+def _align(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:
+    """Re-cut blocks so that every chunk ends with a newline (except possibly the last)."""
+    carry = b""
+    for b in blocks:
+        data = carry + b if carry else b
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            if len(data) > MAX_LINE_BYTES:  # a giant line: scan it in pieces, line numbers stay right
+                yield data
+                carry = b""
+            else:
+                carry = data
+            continue
+        yield data[: cut + 1]
+        carry = data[cut + 1:]
+    if carry:
+        yield carry
+
+
+def open_path(path: str, max_bytes: int) -> Source:
+    if path == "-":
+        import sys
+        return Source("stdin", sys.stdin.buffer, max_bytes)
+    try:
+        f = open(path, "rb")
+    except IsADirectoryError:
+        raise UnusableInput(f"{path}: is a directory, not a log file") from None
+    except OSError as e:
+        raise UnusableInput(f"{path}: cannot read ({e.strerror})") from None
+    return Source(path.rsplit("/", 1)[-1], f, max_bytes)
+
+
+def from_bytes(data: bytes, name: str = "paste", max_bytes: int = 4 << 30) -> Source:
+    return Source(name, io.BytesIO(data), max_bytes)

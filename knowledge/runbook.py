@@ -1,0 +1,81 @@
+"""The runbook: Markdown pages under knowledge/, one section per `## Title {#id}` heading, cited as `page#id`.
+Free-text questions are answered with SQLite FTS5 (through sqlite-utils) over the sections."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+HERE = Path(__file__).parent
+_HEADING = re.compile(r"^(#{1,2}) (.+?) \{#([a-z0-9-]+)\}\s*$")
+
+
+@dataclass(frozen=True)
+class Section:
+    id: str          # "page#section"; a page's own intro is "page"
+    title: str
+    text: str
+
+
+class Runbook:
+    def __init__(self, sections: list[Section]):
+        self.sections = {s.id: s for s in sections}
+        self._db = None
+
+    def __contains__(self, cite: str) -> bool:
+        return cite in self.sections
+
+    def get(self, cite: str) -> Section:
+        return self.sections[cite]
+
+    def search(self, query: str, limit: int = 3) -> list[Section]:
+        """Best sections for a free-text question; FTS syntax in the question is neutralised."""
+        words = re.findall(r"[A-Za-z0-9_]+", query.lower())
+        if not words:
+            return []
+        db = self._index()
+        q = " OR ".join(f'"{w}"' for w in words)
+        rows = db.query("select id from sections_fts join sections on sections.rowid = sections_fts.rowid "
+                        "where sections_fts match ? order by bm25(sections_fts, 5.0, 1.0) limit ?", [q, limit])
+        return [self.sections[r["id"]] for r in rows]
+
+    def _index(self):
+        if self._db is None:
+            import sqlite_utils
+            db = sqlite_utils.Database(memory=True)
+            db["sections"].insert_all(({"id": s.id, "title": s.title, "text": s.text} for s in self.sections.values()),
+                                      pk="id")
+            db["sections"].enable_fts(["title", "text"], tokenize="porter")
+            self._db = db
+        return self._db
+
+
+def parse_page(page: str, markdown: str) -> list[Section]:
+    out: list[Section] = []
+    cur_id, cur_title, buf = None, None, []
+
+    def flush():
+        if cur_id:
+            out.append(Section(cur_id, cur_title, "\n".join(buf).strip()))
+
+    for line in markdown.splitlines():
+        m = _HEADING.match(line)
+        if m:
+            flush()
+            level, title, anchor = m.groups()
+            cur_id = page if level == "#" else f"{page}#{anchor}"
+            cur_title, buf = title, []
+        elif cur_id:
+            buf.append(line)
+    flush()
+    return out
+
+
+@lru_cache(maxsize=4)
+def load(directory: str | None = None) -> Runbook:
+    root = Path(directory) if directory else HERE
+    sections: list[Section] = []
+    for path in sorted(root.glob("*.md")):
+        sections.extend(parse_page(path.stem, path.read_text(encoding="utf-8")))
+    return Runbook(sections)

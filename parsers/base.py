@@ -1,0 +1,129 @@
+"""What every parser shares: the Hit it is fed, the Parser base class, and small extraction helpers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable
+
+import regex
+
+from core.models import Evidence, Finding
+
+MAX_EVIDENCE = 5
+RX_TIMEOUT = 0.5  # seconds: a safety net on top of linear patterns
+
+
+@dataclass(slots=True)
+class Hit:
+    """A candidate line (1-based number, cleaned text) with a little context around it."""
+    no: int
+    text: str
+    before: tuple[str, ...] = ()
+    after: list[str] = field(default_factory=list)
+
+    def joined(self, n: int = 1) -> str:
+        """The line with the next n lines glued on: undoes terminal hard-wrapping mid-token."""
+        return self.text + "".join(self.after[:n])
+
+
+@dataclass
+class Context:
+    """Facts gathered across the whole log that several parsers and the playbooks need."""
+    versions: dict[str, str | None] = field(default_factory=dict)
+    versions_seen: dict[str, dict[str, tuple[int, str]]] = field(default_factory=dict)  # value -> first (line, text)
+    job: dict[str, Any] = field(default_factory=dict)
+    hosts: set[str] = field(default_factory=set)
+    rank_hosts: dict[int, str] = field(default_factory=dict)  # global rank -> host, from NCCL "comm ... rank N" lines
+    world_size: int | None = None
+
+
+class Parser:
+    """One symptom family. Subclasses list trigger literals; the scanner feeds them only lines containing one."""
+    name: ClassVar[str]
+    triggers: ClassVar[tuple[str, ...]]
+    before: ClassVar[int] = 0
+    after: ClassVar[int] = 0
+
+    def feed(self, hit: Hit) -> None:
+        raise NotImplementedError
+
+    def contribute(self, ctx: Context) -> None:
+        """Add log-wide facts to the shared context (runs for every parser before any finish)."""
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        raise NotImplementedError
+
+    @classmethod
+    def parse(cls, lines: Iterable[str]) -> list[Finding]:
+        """Run this parser alone over plain lines (handy in tests and for one-off use)."""
+        from parsers.scan import scan_lines
+        return scan_lines(lines, (cls,))
+
+
+class EvidenceBox:
+    """Bounded evidence: the first few lines plus a count of the rest."""
+
+    def __init__(self, limit: int = MAX_EVIDENCE):
+        self.limit = limit
+        self.items: list[Evidence] = []
+        self.seen_lines: set[int] = set()
+        self.total = 0
+
+    def add(self, no: int, text: str) -> None:
+        self.total += 1
+        if len(self.items) < self.limit and no not in self.seen_lines:
+            self.seen_lines.add(no)
+            self.items.append(Evidence(line=no, text=text.strip()[:500]))
+
+    def first(self) -> int:
+        return min((e.line for e in self.items), default=0)
+
+
+def rx(pattern: str, flags: int = 0) -> regex.Pattern:
+    return regex.compile(pattern, flags | regex.VERSION1)
+
+
+def search(pattern: regex.Pattern, text: str):
+    try:
+        return pattern.search(text, timeout=RX_TIMEOUT)
+    except TimeoutError:
+        return None
+
+
+def findall(pattern: regex.Pattern, text: str):
+    try:
+        return list(pattern.finditer(text, timeout=RX_TIMEOUT))
+    except TimeoutError:
+        return []
+
+
+_UNITS = {"b": 1 / 2**30, "kib": 1 / 2**20, "kb": 1 / 2**20, "mib": 1 / 1024, "mb": 1 / 1024,
+          "gib": 1.0, "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
+
+
+def to_gib(value: str, unit: str) -> float:
+    return round(float(value) * _UNITS[unit.lower()], 2)
+
+
+RANK_PREFIX = rx(r"^\s*(?:\S+\s+\[std(?:err|out)\]\s+)?\[(?:rank|default)(\d+)\]:|^\s*\[1,(\d+)\]<std(?:out|err)>:"
+                 r"|\[Rank (\d+)\]|\bRank (\d+)\]|\brank[ =:]+(\d+)\b")
+
+
+def rank_of(text: str) -> int | None:
+    m = search(RANK_PREFIX, text)
+    if not m:
+        return None
+    return int(next(g for g in m.groups() if g is not None))
+
+
+HOST_PREFIX = rx(r"^(?:\S+:\s+)*(?:\[\d+,\d+\]<std\w+>:)?([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[(\d+)\]")
+
+
+def host_of(text: str) -> str | None:
+    m = search(HOST_PREFIX, text)
+    return m.group(1) if m else None
+
+
+def ranks_text(ranks: Iterable[int], limit: int = 12) -> str:
+    rs = sorted(set(ranks))
+    shown = ", ".join(map(str, rs[:limit]))
+    return shown + (f" and {len(rs) - limit} more" if len(rs) > limit else "")

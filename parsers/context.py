@@ -1,0 +1,168 @@
+"""Context the findings and playbooks need: versions, the job's settings (Megatron/DeepSpeed args), hosts, world size.
+
+This parser emits no findings. `versions_seen` keeps every distinct version per component so the
+version_mismatch parser can tell when ranks disagree."""
+from __future__ import annotations
+
+from typing import Any
+
+from core.models import Finding
+from parsers.base import Context, Hit, Parser, findall, host_of, rx, search
+
+_VERSION_RULES: tuple[tuple[str, Any], ...] = (
+    ("nccl", rx(r"NCCL version:?\s*v?(\d+\.\d+\.\d+)(?:\+cuda(\d+\.\d+))?")),
+    ("aws_ofi_nccl", rx(r"aws-ofi-nccl(?: version)?[ :v]+(\d+\.\d+\.\d+)")),
+    ("libfabric", rx(r"(?:Libfabric version|libfabric:?|fi_info:?)\s+v?(\d+\.\d+(?:\.\d+)?)")),
+    ("driver", rx(r"Driver Version\s*:\s*(\d+\.\d+(?:\.\d+)?)")),
+    ("driver_cuda", rx(r"(?:cudaDriverVersion|Using CUDA driver version)\s+(\d{4,5})\b")),
+    ("cuda", rx(r"(?:CUDA Version\s*:|CUDA runtime version:?|Cuda compilation tools, release)\s*(\d+\.\d+)")),
+    ("torch", rx(r"(?:\btorch|PyTorch)(?: version)?\s*(?:\.{2,}|[:=]+|is)?\s*v?(\d+\.\d+\.\d+)(?:\+cu(\d+))?")),
+    ("efa_installer", rx(r"EFA installer version:?\s*(\d+\.\d+\.\d+)|aws-efa-installer-(\d+\.\d+\.\d+)")),
+)
+
+_JOB_KEYS = {
+    "micro_batch_size": int, "global_batch_size": int, "tensor_model_parallel_size": int,
+    "pipeline_model_parallel_size": int, "virtual_pipeline_model_parallel_size": int, "num_layers": int,
+    "num_layers_per_virtual_pipeline_stage": int, "recompute_granularity": str, "recompute_activations": bool,
+    "checkpoint_activations": bool, "clip_grad": float, "lr": float, "lr_warmup_iters": int, "fp16": bool,
+    "bf16": bool, "moe_aux_loss_coeff": float, "moe_expert_capacity_factor": float, "num_experts": int,
+    "distributed_timeout_minutes": int, "zero_stage": int, "zero_optimization_stage": int, "initial_loss_scale": float,
+    "data_parallel_size": int, "world_size": int, "layernorm_epsilon": float, "use_distributed_optimizer": bool,
+    "train_micro_batch_size_per_gpu": int, "gradient_clipping": float, "initial_scale_power": int,
+    "expert_model_parallel_size": int, "seq_length": int,
+}
+_ALIASES = {"zero_optimization_stage": "zero_stage", "train_micro_batch_size_per_gpu": "micro_batch_size",
+            "checkpoint_activations": "recompute_activations", "gradient_clipping": "clip_grad"}
+
+_ARG_DUMP = rx(r"^\s*(?:\[[^\]]*\]:?\s*)*(?:\S+\]\s+)?(\w+)\s(?:\.{2,}\s|\s+)(\S+)\s*$")
+_JSON_KV = rx(r'"(train_micro_batch_size_per_gpu|gradient_clipping|initial_scale_power|reduce_bucket_size)"\s*:\s*([\d.eE+-]+)')
+_FLAG = rx(r"(?<!\S)--([a-z][a-z0-9-]+)(?:[ =]([^\s-][^\s]*|-?\d[^\s]*))?")
+_PARAMS = rx(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)"
+             r"|(?:Number of trainable parameters|Total params|total parameters)\s*[=:]\s*([\d,]+)")
+_COMM_RANK = rx(r"\bcomm 0x[0-9a-f]+ rank (\d+) nranks (\d+)")
+_NRANKS = rx(r"\bnranks (\d+)\b|\bworld[_ ]size[=: ]+(\d+)|\bWORLD_SIZE=(\d+)")
+_INSTANCE = rx(r"\b(p4de?|p5en|p5e|p5|p6-b200|p6-b300|p6e-gb200|g5|g6e?)\.\d*x?large\b|Running on (\w+)[\w.-]* platform")
+
+_FLAG_TO_KEY = {
+    "micro-batch-size": "micro_batch_size", "global-batch-size": "global_batch_size",
+    "tensor-model-parallel-size": "tensor_model_parallel_size", "pipeline-model-parallel-size": "pipeline_model_parallel_size",
+    "virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size", "num-layers": "num_layers",
+    "clip-grad": "clip_grad", "lr": "lr", "lr-warmup-iters": "lr_warmup_iters", "zero-stage": "zero_stage",
+    "moe-aux-loss-coeff": "moe_aux_loss_coeff", "moe-expert-capacity-factor": "moe_expert_capacity_factor",
+    "num-experts": "num_experts", "recompute-activations": "recompute_activations",
+    "checkpoint-activations": "recompute_activations", "fp16": "fp16", "bf16": "bf16",
+    "distributed-timeout-minutes": "distributed_timeout_minutes", "expert-model-parallel-size": "expert_model_parallel_size",
+}
+
+
+def _coerce(kind: type, raw: str) -> Any:
+    raw = raw.strip().rstrip(",")
+    if kind is bool:
+        if raw.lower() in ("true", "1", "yes"):
+            return True
+        if raw.lower() in ("false", "0", "no", "none"):
+            return False
+        return None
+    if raw.lower() in ("none", "null"):
+        return None
+    try:
+        return kind(float(raw)) if kind is int else kind(raw)
+    except ValueError:
+        return None
+
+
+class ContextParser(Parser):
+    name = "context"
+    triggers = (
+        "NCCL version", "aws-ofi-nccl", "Libfabric version", "libfabric:", "fi_info", "Driver Version",
+        "cudaDriverVersion", "CUDA driver version", "CUDA Version", "CUDA runtime version", "compilation tools",
+        "torch", "PyTorch", "EFA installer", "efa-installer", " ....", "train_micro_batch_size_per_gpu", "zero_optimization_stage", "--", '"train_micro_batch_size_per_gpu"',
+        '"gradient_clipping"', '"initial_scale_power"', "number of parameters", "trainable parameters",
+        "Total params", "total parameters", "nranks", "world_size", "world size", "WORLD_SIZE", "xlarge", "platform",
+    )
+
+    def __init__(self) -> None:
+        self.versions: dict[str, str] = {}
+        self.seen: dict[str, dict[str, tuple[int, str]]] = {}
+        self.job: dict[str, Any] = {}
+        self.hosts: set[str] = set()
+        self.world: int | None = None
+        self.params_rank: dict[tuple[int, int], int] = {}
+        self.rank_hosts: dict[int, str] = {}
+
+    def feed(self, hit: Hit) -> None:
+        t = hit.text
+        if "NCCL" in t or "OFI" in t or "comm 0x" in t:
+            h = host_of(t)
+            if h:
+                self.hosts.add(h)
+                m = search(_COMM_RANK, t) if "comm 0x" in t else None
+                if m and len(self.rank_hosts) < 4096:
+                    self.rank_hosts.setdefault(int(m.group(1)), h)
+        for key, pat in _VERSION_RULES:
+            m = search(pat, t)
+            if not m:
+                continue
+            val = next(g for g in m.groups() if g is not None)
+            if key == "driver_cuda":
+                n = int(val)
+                val = f"{n // 1000}.{(n % 1000) // 10}"
+            self.versions.setdefault(key, val)
+            self.seen.setdefault(key, {}).setdefault(val, (hit.no, t.strip()[:300]))
+            if key == "nccl" and m.group(2):
+                self.versions.setdefault("cuda", m.group(2))
+            if key == "torch" and m.group(2):
+                cu = m.group(2)
+                self.versions.setdefault("cuda", f"{cu[:-1]}.{cu[-1]}")
+        if " ...." in t or "_per_gpu " in t or "_stage " in t:
+            m = search(_ARG_DUMP, t)
+            if m and m.group(1) in _JOB_KEYS:
+                self._set(m.group(1), m.group(2))
+        if '"' in t:
+            for m in findall(_JSON_KV, t):
+                if m.group(1) in _JOB_KEYS:
+                    self._set(m.group(1), m.group(2))
+        if "--" in t:
+            for m in findall(_FLAG, t):
+                key = _FLAG_TO_KEY.get(m.group(1))
+                if key:
+                    kind = _JOB_KEYS[key]
+                    self._set(key, m.group(2) if kind is not bool else "true")
+        m = search(_PARAMS, t)
+        if m:
+            if m.group(3):
+                self.params_rank[(int(m.group(1)), int(m.group(2)))] = int(m.group(3))
+            else:
+                self.job.setdefault("parameters", int(m.group(4).replace(",", "")))
+        m = search(_NRANKS, t)
+        if m:
+            n = int(next(g for g in m.groups() if g))
+            self.world = max(self.world or 0, n)
+        m = search(_INSTANCE, t)
+        if m:
+            self.job.setdefault("instance_family", (m.group(1) or m.group(2)).lower())
+
+    def _set(self, key: str, raw: str | None) -> None:
+        if raw is None:
+            return
+        val = _coerce(_JOB_KEYS[key], raw)
+        if val is None and _JOB_KEYS[key] is not str:
+            return
+        self.job.setdefault(_ALIASES.get(key, key), val)
+
+    def contribute(self, ctx: Context) -> None:
+        ctx.versions.update(self.versions)
+        ctx.versions_seen = self.seen
+        if self.params_rank and "parameters" not in self.job:
+            tp = max(t for t, _ in self.params_rank) + 1
+            pp = max(p for _, p in self.params_rank) + 1
+            per = sum(self.params_rank.values()) / len(self.params_rank)
+            self.job["parameters"] = int(per * tp * pp)
+        ctx.job.update(self.job)
+        ctx.hosts |= self.hosts
+        ctx.rank_hosts.update(self.rank_hosts)
+        if self.world:
+            ctx.world_size = self.world
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        return []

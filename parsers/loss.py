@@ -1,0 +1,236 @@
+"""loss_spike and loss_nan from the numeric training series of Megatron-LM / Megatron-DeepSpeed, DeepSpeed, apex,
+HF Trainer, Lightning, torchtitan, GPT-NeoX and plain print loops.
+
+A spike is a point more than SPIKE["rel"] above the median of the previous SPIKE["window"] points *and* more than
+SPIKE["mad_k"] robust deviations away from it, with at least SPIKE["min_history"] points of history. A slow rise or
+early-training noise fails one of the two tests. fp16 overflow skips are normal unless the loss scale collapses to
+SCALE_COLLAPSE or below."""
+from __future__ import annotations
+
+import math
+from collections import deque
+from statistics import median
+from typing import Any
+
+from core.models import Evidence, Finding
+from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
+
+SPIKE = {"window": 20, "min_history": 3, "rel": 0.5, "mad_k": 6.0, "recover_within": 20}
+SCALE_COLLAPSE = 16.0
+
+_NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+_LOSS = rx(r"(?i)(?<![\w.])(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss)(?:[ _]value|_step|_epoch)?['\"]?\s*(?:[:=]\s*|\s+)"
+           + _NUM + r"(?![\w.])")
+_GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*" + _NUM)
+_ITER = rx(r"iteration\s+(\d+)\s*/|\bstep[:=\s]\s*(\d+)|global_step[=:\s]+(\d+)|\bepoch[:\s]\s*(\d+)\b|'epoch':\s*([\d.]+)")
+_NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)")
+_SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to)\s*([\d.]+)")
+_SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum")
+_SKIP = ("validation", "eval_", "eval ", "val_loss", "val loss", "test loss", "test_loss")
+
+
+class _Series:
+    """One loss curve (per rank prefix), checked for spikes as points arrive; memory stays bounded."""
+
+    def __init__(self) -> None:
+        self.hist: deque[float] = deque(maxlen=SPIKE["window"])
+        self.ghist: deque[float] = deque(maxlen=SPIKE["window"])
+        self.recent: deque[tuple[int, str]] = deque(maxlen=2)
+        self.best: dict[str, Any] | None = None
+        self.spikes = 0
+        self.first_nan: dict[str, Any] | None = None
+        self.nan_points = 0
+        self.last_finite: float | None = None
+        self.last_is_nan = False
+
+    def add(self, v: float, g: float, it: float, no: int, text: str) -> None:
+        b = self.best
+        if b is not None and b["later_n"] < SPIKE["recover_within"] and math.isfinite(v):
+            b["later_n"] += 1
+            b["later_min"] = min(b["later_min"], v)
+            b["last"] = v
+            if len(b["evidence"]) < 4:
+                b["evidence"].append((no, text))
+        if not math.isfinite(v):
+            self.nan_points += 1
+            self.last_is_nan = True
+            if self.first_nan is None:
+                self.first_nan = {"line": no, "iteration": it, "last_finite": self.last_finite}
+            return
+        self.last_is_nan = False
+        if len(self.hist) >= SPIKE["min_history"]:
+            med = median(self.hist)
+            if med > 0:
+                mad = median(abs(h - med) for h in self.hist) * 1.4826
+                if v > med * (1 + SPIKE["rel"]) and v - med > SPIKE["mad_k"] * max(mad, 0.01 * med):
+                    self.spikes += 1
+                    if b is not None and b["later_n"] <= 3 and b["later_min"] > b["med"] * 1.2:
+                        if v > b["peak"]:  # same episode: keep its onset, follow its peak
+                            b["peak"], b["peak_iteration"] = v, it
+                    elif b is None or v / med > b["ratio"]:
+                        self.best = {"ratio": v / med, "med": med, "value": v, "line": no, "iteration": it,
+                                     "gnorm": g, "gnorm_before": median(self.ghist) if self.ghist else None,
+                                     "evidence": [*self.recent, (no, text)], "later_n": 0, "later_min": math.inf,
+                                     "peak": v, "peak_iteration": it, "last": v}
+        self.hist.append(v)
+        if math.isfinite(g):
+            self.ghist.append(g)
+        self.last_finite = v
+        self.recent.append((no, text))
+
+
+def _f(s: str) -> float:
+    s = s.lower().lstrip("+")
+    if s in ("nan", "-nan"):
+        return math.nan
+    return float(s)
+
+
+class LossParser(Parser):
+    name = "loss"
+    triggers = ("loss", "Loss", "LOSS", "grad norm", "grad_norm", "OVERFLOW", "Gradient overflow", "nan iterations")
+    after = 3
+
+    def __init__(self) -> None:
+        self.series: dict[str, _Series] = {}
+        self.skip_to = 0
+        self.nan_ev = EvidenceBox()
+        self.scale_ev = EvidenceBox()
+        self.overflows = 0
+        self.min_scale: float | None = None
+        self.scale_min_hit = False
+        self.nan_iters = 0
+        self.grad_nan = 0
+
+    def feed(self, hit: Hit) -> None:
+        if hit.no <= self.skip_to:
+            return
+        t = hit.text
+        if "iteration" in t and "|" in t and not t.rstrip().endswith("|"):
+            for i, nxt in enumerate(hit.after):
+                t += nxt
+                if nxt.rstrip().endswith("|"):
+                    self.skip_to = hit.no + i + 1
+                    break
+        if "OVERFLOW" in t or "overflow" in t or "loss scale" in t.lower():
+            self._scale(hit, t)
+        if any(s in t for s in _SKIP):
+            return
+        m = search(_NAN_ITERS, t)
+        if m and int(m.group(1)) > 0:
+            self.nan_iters = max(self.nan_iters, int(m.group(1)))
+            self.nan_ev.add(hit.no, hit.text)
+        lm = search(_LOSS, t)
+        gm = search(_GNORM, t)
+        if not lm and not gm:
+            return
+        key = str(rank_of(t) or "")
+        s = self.series.setdefault(key, _Series())
+        it = search(_ITER, t)
+        itv = float(next(g for g in it.groups() if g is not None)) if it else math.nan
+        g = _f(gm.group(1)) if gm else math.nan
+        if lm:
+            v = _f(lm.group(1))
+            s.add(v, g, itv, hit.no, hit.text.strip()[:500])
+            if not math.isfinite(v):
+                self.nan_ev.add(hit.no, hit.text)
+        elif gm and not math.isfinite(g):
+            self.grad_nan += 1
+            self.nan_ev.add(hit.no, hit.text)
+
+    def _scale(self, hit: Hit, t: str) -> None:
+        if search(_SCALE_MIN, t):
+            self.scale_min_hit = True
+            self.scale_ev.add(hit.no, hit.text)
+            return
+        m = search(_SCALE_DOWN, t)
+        if m:
+            self.overflows += 1
+            v = float(m.group(1))
+            self.min_scale = v if self.min_scale is None else min(self.min_scale, v)
+            if v <= SCALE_COLLAPSE:
+                self.scale_ev.add(hit.no, hit.text)
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        out: list[Finding] = []
+        nan = self._nan_finding()
+        if nan:
+            out.append(nan)
+        spike = self._spike_finding()
+        if spike:
+            out.append(spike)
+        return out
+
+    def _nan_finding(self) -> Finding | None:
+        f: dict[str, Any] = {}
+        nans = [s for s in self.series.values() if s.first_nan]
+        if nans:
+            s = min(nans, key=lambda x: x.first_nan["line"])
+            first = s.first_nan
+            f["first_nan_line"] = first["line"]
+            if math.isfinite(first["iteration"]):
+                f["first_nan_iteration"] = int(first["iteration"])
+            if first["last_finite"] is not None:
+                f["last_finite_loss"] = first["last_finite"]
+            f["nan_points"] = s.nan_points
+            f["persists"] = s.last_is_nan
+            rule, title = "loss_nan.loss", "Training loss became NaN/Inf"
+            if "first_nan_iteration" in f:
+                title += f" at step {f['first_nan_iteration']}"
+            if first["last_finite"] is not None:
+                title += f" (last finite loss {first['last_finite']:.4g})"
+            if f["persists"]:
+                title += " and stays NaN"
+        elif self.grad_nan or self.nan_iters:
+            rule, title = "loss_nan.grad_norm", "Gradient norm is NaN/Inf"
+            f["grad_norm_nan_points"] = self.grad_nan
+            if self.nan_iters:
+                f["nan_iterations"] = self.nan_iters
+                title = f"Megatron counts {self.nan_iters} NaN iteration(s)" if not self.grad_nan else title
+        elif self.scale_min_hit or (self.min_scale is not None and self.min_scale <= SCALE_COLLAPSE):
+            rule = "loss_nan.scale_collapse"
+            f["overflow_skips"] = self.overflows
+            if self.min_scale is not None:
+                f["min_loss_scale"] = self.min_scale
+            title = ("fp16 loss scale hit its minimum: gradients overflow at every step" if self.scale_min_hit
+                     else f"fp16 loss scale collapsed to {self.min_scale:g} after {self.overflows} overflow skips")
+        else:
+            return None
+        ev = sorted(self.nan_ev.items + self.scale_ev.items, key=lambda e: e.line)[:5]
+        return Finding(symptom="loss_nan", rule=rule, title=title, severity="error", confidence=0.9, evidence=ev,
+                       facts=f, first_line=min((e.line for e in ev), default=0))
+
+    def _spike_finding(self) -> Finding | None:
+        spiky = [s for s in self.series.values() if s.best]
+        if not spiky:
+            return None
+        b = max((s.best for s in spiky), key=lambda x: x["ratio"])
+        med, v = b["med"], b["value"]
+        f: dict[str, Any] = {"loss_before": round(med, 4), "loss_at_spike": v, "ratio": round(b["ratio"], 2),
+                             "line": b["line"], "spikes": sum(s.spikes for s in spiky)}
+        if math.isfinite(b["iteration"]):
+            f["iteration"] = int(b["iteration"])
+        if math.isfinite(b["gnorm"]) and b["gnorm_before"] and b["gnorm"] > 0:
+            f["grad_norm_before"] = round(b["gnorm_before"], 4)
+            f["grad_norm_at_spike"] = b["gnorm"]
+        if b["peak"] > v:
+            f["peak_loss"] = b["peak"]
+            if math.isfinite(b["peak_iteration"]):
+                f["peak_iteration"] = int(b["peak_iteration"])
+        f["recovered"] = b["later_n"] > 0 and b["later_min"] <= med * 1.2
+        where = f" at iteration {f['iteration']}" if "iteration" in f else f" at line {f['line']}"
+        title = f"Loss spike{where}: {med:.4g} → {v:.4g} ({b['ratio']:.1f}× the recent median)"
+        if "peak_loss" in f:
+            title += f", peaking at {b['peak']:.4g}"
+        if "grad_norm_at_spike" in f:
+            title += f"; grad norm {f['grad_norm_before']:.3g} → {f['grad_norm_at_spike']:.3g}"
+        if f["recovered"]:
+            title += "; back to baseline since"
+        elif b["later_n"]:
+            title += f"; not back to baseline (last {b['last']:.4g})"
+        evidence = [Evidence(line=no, text=text) for no, text in b["evidence"]]
+        return Finding(symptom="loss_spike", rule="loss_spike.robust_jump", title=title, severity="warning",
+                       confidence=0.85, evidence=evidence, facts=f, first_line=b["line"])
+
+
+PARSER = LossParser

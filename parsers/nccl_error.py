@@ -1,0 +1,122 @@
+"""nccl_error: NCCL failures that are not timeouts: result codes, IB completion and QP errors, peers that vanished,
+/dev/shm exhaustion, two ranks on one GPU."""
+from __future__ import annotations
+
+from typing import Any
+
+from core.models import Finding
+from parsers.base import Context, EvidenceBox, Hit, Parser, host_of, rank_of, rx, search
+
+# (rule, pattern, what it means). First match wins per line; order = most specific first.
+_RULES = (
+    ("ib_completion", rx(r"Got completion from peer (\S+?)(?:<\d+>)? with (?:status=|error )(\d+).*?vendor err (\d+)")),
+    ("ib_setup", rx(r"Call to (ibv_(?!open_device|get_device_list|query_device|fork_init)\w+) failed(?: with error)? ?(.*)$")),
+    ("shm", rx(r"Error while creating shared memory segment|/dev/shm\S*.*(?:No space left|failed)|shm_open.*failed"
+               r"|unable to allocate shared memory")),
+    ("duplicate_gpu", rx(r"Duplicate GPU detected")),
+    ("remote", rx(r"remote process exited or there was a network error|ncclRemoteError|Connection reset by peer"
+                  r"|Connection closed by remote peer|Connection refused")),
+    ("cuda_failure", rx(r"Cuda failure '([^']+)'")),
+    ("code", rx(r"(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)"
+                r"|NCCL error in: \S+, (unhandled system error|internal error|unhandled cuda error|invalid usage"
+                r"|invalid argument)")),
+)
+_IB_STATUS = {4: "local protection error (memory registration or GPUDirect RDMA)", 5: "work request flushed",
+              10: "remote access error", 12: "transport retry counter exceeded (link or peer down)",
+              13: "RNR retry counter exceeded (peer not receiving)"}
+_NCCL_VER = rx(r"NCCL version (\d+\.\d+\.\d+)")
+_HEADLINE = {
+    "ib_completion": "NCCL's InfiniBand/RoCE transport got a failed work completion",
+    "ib_setup": "NCCL could not set up an InfiniBand/RoCE queue pair",
+    "shm": "NCCL could not create its shared-memory segment (/dev/shm too small?)",
+    "duplicate_gpu": "Two ranks were placed on the same GPU",
+    "remote": "A peer process exited or the network dropped the connection",
+    "cuda_failure": "A CUDA call inside NCCL failed",
+    "code": "NCCL returned an error",
+}
+
+
+class NcclErrorParser(Parser):
+    name = "nccl_error"
+    triggers = ("Got completion from peer", "Call to ibv_", "shared memory segment", "/dev/shm", "shm_open",
+                "Duplicate GPU detected", "remote process exited", "ncclRemoteError", "Connection reset by peer",
+                "Connection closed by remote peer", "Connection refused", "Cuda failure", "ncclSystemError",
+                "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument",
+                "NCCL error in:", "unable to allocate shared memory")
+
+    def __init__(self) -> None:
+        self.ev = EvidenceBox()
+        self.rules: dict[str, int] = {}
+        self.facts: dict[str, Any] = {}
+        self.hosts: set[str] = set()
+        self.ranks: set[int] = set()
+
+    def feed(self, hit: Hit) -> None:
+        t = hit.text
+        for rule, pat in _RULES:
+            m = search(pat, t)
+            if not m:
+                continue
+            if rule == "cuda_failure" and ("out of memory" in t or "not supported in the installed CUDA driver" in t):
+                return  # cuda_oom / version_mismatch own these
+            if rule == "remote" and "NCCL" not in t and "nccl" not in t and "socket" not in t.lower():
+                return  # a reset TCP connection elsewhere in the app is not an NCCL failure
+            self.rules[rule] = self.rules.get(rule, 0) + 1
+            self.ev.add(hit.no, t)
+            self._facts(rule, m, t)
+            h = host_of(t)
+            if h:
+                self.hosts.add(h)
+            r = rank_of(t)
+            if r is not None:
+                self.ranks.add(r)
+            return
+
+    def _facts(self, rule: str, m, t: str) -> None:
+        f = self.facts
+        if rule == "ib_completion":
+            f.setdefault("peer", m.group(1))
+            f.setdefault("ib_status", int(m.group(2)))
+            f.setdefault("vendor_err", int(m.group(3)))
+        elif rule == "ib_setup":
+            f.setdefault("ibv_call", m.group(1))
+            if m.group(2):
+                f.setdefault("ibv_error", m.group(2).strip())
+        elif rule == "cuda_failure":
+            f.setdefault("cuda_error", m.group(1))
+        elif rule == "code":
+            f.setdefault("error_code", m.group(1) or m.group(2))
+        elif rule == "remote":
+            f.setdefault("error_code", "ncclRemoteError")
+        v = search(_NCCL_VER, t)
+        if v:
+            f.setdefault("nccl_version", v.group(1))
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        if not self.rules:
+            return []
+        order = [r for r, _ in _RULES]
+        rule = min(self.rules, key=order.index)
+        f = dict(self.facts)
+        if self.hosts:
+            f["hosts"] = sorted(self.hosts)
+        if self.ranks:
+            f["ranks"] = sorted(self.ranks)
+        title = _HEADLINE[rule]
+        if rule == "ib_completion":
+            meaning = _IB_STATUS.get(f["ib_status"], "see the status table")
+            title += f" from peer {f['peer']}: status {f['ib_status']} ({meaning}), vendor err {f['vendor_err']}"
+            f["ib_status_meaning"] = meaning
+        elif rule == "ib_setup":
+            title += f": {f['ibv_call']} failed" + (f" ({f['ibv_error']})" if f.get("ibv_error") else "")
+        elif rule == "cuda_failure":
+            title += f": {f['cuda_error']}"
+        elif f.get("error_code"):
+            title += f" ({f['error_code']})"
+        if self.hosts and len(self.hosts) <= 3:
+            title += f" on {', '.join(sorted(self.hosts))}"
+        return [Finding(symptom="nccl_error", rule=f"nccl_error.{rule}", title=title, severity="critical",
+                        confidence=0.9, evidence=self.ev.items, facts=f, first_line=self.ev.first())]
+
+
+PARSER = NcclErrorParser

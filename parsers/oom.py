@@ -1,0 +1,132 @@
+"""cuda_oom: every PyTorch OOM message generation, NCCL's `Cuda failure 'out of memory'`, cuBLAS alloc failures."""
+from __future__ import annotations
+
+from typing import Any
+
+from core.models import Finding
+from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text, rx, search, to_gib
+
+_SIZE = r"([\d.]+)\s*([KMGT]i?B|bytes)"
+_KINDS = (
+    ("allocator", rx(r"OutOfMemoryError|CUDA out of memory\.|Error: CUDA out of memory")),
+    ("nccl", rx(r"Cuda failure '?out of memory")),
+    ("runtime", rx(r"CUDA error: out of memory|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL.*out of memory"
+                   r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
+    ("cublas", rx(r"CUBLAS_STATUS_ALLOC_FAILED")),
+)
+_TRIED = rx(r"Tried to allocate " + _SIZE)
+_OLD = rx(r"\(GPU (\d+); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE + r" free;"
+          r"(?: " + _SIZE + r" (?:reserved in total by PyTorch|cached))?")
+_NEW_TOTAL = rx(r"GPU (\d+) has a total capacity of " + _SIZE + r" of which " + _SIZE + r" is free")
+_NEW_INUSE = rx(r"(?:Process \d+ has|this process has) " + _SIZE + r" memory in use")
+_NEW_ALLOC = rx(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch, and " + _SIZE +
+                r" is reserved by PyTorch but unallocated")
+_PHASES = (
+    ("nccl_init", rx(r"init\.cu|init\.cc|ncclCommInit|init_process_group|new_group")),
+    ("backward", rx(r"\.backward\(|autograd/__init__\.py.*backward|in backward\b|_engine_run_backward")),
+    ("optimizer_step", rx(r"optimizer\.step|optim/\w+\.py|\bin step\b|_single_tensor_adam|_multi_tensor_adam")),
+    ("nccl_collective", rx(r"enqueue\.cc|all_reduce|allreduce|all_gather|reduce_scatter")),
+    ("forward", rx(r"\bforward\b|_call_impl|model\(")),
+)
+
+
+def _gib(m, i: int) -> float | None:
+    if m.group(i) is None:
+        return None
+    unit = m.group(i + 1)
+    return to_gib(m.group(i), "b" if unit == "bytes" else unit)
+
+
+class OomParser(Parser):
+    name = "cuda_oom"
+    triggers = ("out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "CUDA_ERROR_OUT_OF_MEMORY",
+                "cudaErrorMemoryAllocation")
+    before = 12
+    after = 12
+
+    def __init__(self) -> None:
+        self.ev = EvidenceBox()
+        self.kinds: dict[str, int] = {}
+        self.ranks: set[int] = set()
+        self.facts: dict[str, Any] = {}
+        self.phase: str | None = None
+
+    def feed(self, hit: Hit) -> None:
+        text = hit.joined(1) if "Tried to allocate" in hit.text and "free" not in hit.text else hit.text
+        kind = next((k for k, pat in _KINDS if search(pat, text)), None)
+        if kind is None:
+            return
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        self.ev.add(hit.no, hit.text)
+        r = rank_of(hit.text)
+        if r is not None:
+            self.ranks.add(r)
+        if "tried_gib" not in self.facts:
+            self._numbers(text)
+        if self.phase is None:
+            self.phase = self._phase(hit, kind)
+
+    def _numbers(self, text: str) -> None:
+        f: dict[str, Any] = {}
+        m = search(_TRIED, text)
+        if m:
+            f["tried_gib"] = _gib(m, 1)
+        m = search(_OLD, text)
+        if m:
+            f["device"] = int(m.group(1))
+            f["total_gib"], f["allocated_gib"], f["free_gib"] = _gib(m, 2), _gib(m, 4), _gib(m, 6)
+            reserved = _gib(m, 8)
+            if reserved is not None and "cached" not in text:
+                f["reserved_gib"] = reserved
+                f["reserved_unallocated_gib"] = round(max(0.0, reserved - f["allocated_gib"]), 2)
+        m = search(_NEW_TOTAL, text)
+        if m:
+            f["device"] = int(m.group(1))
+            f["total_gib"], f["free_gib"] = _gib(m, 2), _gib(m, 4)
+        m = search(_NEW_INUSE, text)
+        if m:
+            f["process_in_use_gib"] = _gib(m, 1)
+        m = search(_NEW_ALLOC, text)
+        if m:
+            f["allocated_gib"], f["reserved_unallocated_gib"] = _gib(m, 1), _gib(m, 3)
+        self.facts.update({k: v for k, v in f.items() if v is not None})
+
+    def _phase(self, hit: Hit, kind: str) -> str | None:
+        if kind == "nccl":
+            return "nccl_init" if search(_PHASES[0][1], hit.text) else "nccl_collective"
+        context = "\n".join((*hit.before, hit.text, *hit.after))
+        for name, pat in _PHASES:
+            if search(pat, context):
+                return name
+        return None
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        if not self.kinds:
+            return []
+        kind = max(self.kinds, key=lambda k: (k == "allocator", self.kinds[k]))
+        f = dict(self.facts)
+        if self.ranks:
+            f["ranks"] = sorted(self.ranks)
+        if self.phase:
+            f["phase"] = self.phase
+        f["count"] = self.ev.total
+        where = f"GPU {f['device']}" if "device" in f else "the GPU"
+        if self.ranks:
+            where += f" (rank {ranks_text(self.ranks)})"
+        title = f"CUDA out of memory on {where}"
+        if "tried_gib" in f and "free_gib" in f:
+            title += f": tried to allocate {f['tried_gib']} GiB with {f['free_gib']} GiB free"
+            if "total_gib" in f:
+                title += f" of {f['total_gib']} GiB"
+        elif kind == "nccl":
+            title += " while NCCL was allocating its buffers"
+        if f.get("reserved_unallocated_gib", 0) > 2:
+            title += f"; {f['reserved_unallocated_gib']} GiB reserved but unallocated (fragmentation)"
+        if self.phase:
+            title += f" during {self.phase.replace('_', ' ')}"
+        return [Finding(symptom="cuda_oom", rule=f"cuda_oom.{kind}", title=title, severity="critical",
+                        confidence=0.97 if kind != "cublas" else 0.8, evidence=self.ev.items, facts=f,
+                        first_line=self.ev.first())]
+
+
+PARSER = OomParser

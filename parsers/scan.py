@@ -1,0 +1,172 @@
+"""One pass over newline-aligned byte chunks: find candidate lines with one multi-literal search, clean them,
+attach the context the claiming parsers asked for, and feed them to those parsers in line order."""
+from __future__ import annotations
+
+import re
+from collections import deque
+from typing import Iterable, Iterator, Sequence
+
+from core.models import Finding
+from parsers.base import Context, Hit, Parser
+
+MAX_TEXT = 8192
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]")
+
+
+def clean(raw: bytes, focus: int = 0) -> str:
+    """Decode one line, drop ANSI colour codes, keep what a terminal shows after carriage-return redraws."""
+    if len(raw) > MAX_TEXT:
+        start = max(0, min(focus - MAX_TEXT // 2, len(raw) - MAX_TEXT))
+        raw = raw[start:start + MAX_TEXT]
+    text = raw.decode("utf-8", errors="replace")
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = parts[-1] if parts else ""
+    return text
+
+
+class Scanner:
+    def __init__(self, parsers: Sequence[Parser]):
+        self.parsers = parsers
+        self.triggers: list[tuple[bytes, tuple[int, ...]]] = []
+        owners: dict[bytes, list[int]] = {}
+        for i, p in enumerate(parsers):
+            for t in p.triggers:
+                owners.setdefault(t.encode(), []).append(i)
+        self.triggers = [(t, tuple(ix)) for t, ix in owners.items()]
+        lits = sorted(owners, key=len, reverse=True)
+        self.pattern = re.compile(b"|".join(re.escape(t) for t in lits))
+        self.max_before = max((p.before for p in parsers), default=0)
+        self.lines = 0
+        self._tail: deque[str] = deque(maxlen=max(self.max_before, 1))
+        self._pending: list[tuple[Hit, tuple[int, ...], int]] = []
+
+    def _claimants(self, line: bytes) -> tuple[int, ...]:
+        found: set[int] = set()
+        for t, ix in self.triggers:
+            if t in line:
+                found.update(ix)
+        return tuple(sorted(found))
+
+    def _dispatch(self, hit: Hit, who: tuple[int, ...]) -> None:
+        for i in who:
+            self.parsers[i].feed(hit)
+
+    def feed(self, buf: bytes) -> None:
+        start_no = self.lines
+        if self._pending:
+            self._fill_pending(buf)
+        pos, counted_at, no = 0, 0, start_no
+        search = self.pattern.search
+        n = len(buf)
+        while True:
+            m = search(buf, pos)
+            if not m:
+                break
+            ls = buf.rfind(b"\n", 0, m.start()) + 1
+            le = buf.find(b"\n", m.end())
+            if le < 0:
+                le = n
+            no += buf.count(b"\n", counted_at, ls)
+            counted_at = ls
+            raw = buf[ls:le]
+            who = self._claimants(raw)
+            hit = Hit(no + 1, clean(raw, m.start() - ls))
+            nb = max(self.parsers[i].before for i in who)
+            na = max(self.parsers[i].after for i in who)
+            if nb:
+                hit.before = self._before(buf, ls, nb)
+            need = na
+            p = le + 1
+            while need and p < n:
+                q = buf.find(b"\n", p)
+                q = n if q < 0 else q
+                hit.after.append(clean(buf[p:q]))
+                need -= 1
+                p = q + 1
+            if need:
+                self._pending.append((hit, who, need))
+            else:
+                self._dispatch(hit, who)
+            pos = le + 1
+            if pos >= n:
+                break
+        self.lines = start_no + buf.count(b"\n")
+        if self.max_before:
+            self._remember_tail(buf)
+
+    def _before(self, buf: bytes, ls: int, k: int) -> tuple[str, ...]:
+        out: list[str] = []
+        end = ls - 1
+        while len(out) < k and end >= 0:
+            s = buf.rfind(b"\n", 0, end) + 1
+            out.append(clean(buf[s:end]))
+            end = s - 1
+        if len(out) < k and self._tail:
+            out.extend(reversed(list(self._tail)[-(k - len(out)):]))
+        return tuple(reversed(out))
+
+    def _remember_tail(self, buf: bytes) -> None:
+        k = self._tail.maxlen or 1
+        end = len(buf) - 1 if buf.endswith(b"\n") else len(buf)
+        lines: list[str] = []
+        while len(lines) < k and end >= 0:
+            s = buf.rfind(b"\n", 0, end) + 1
+            lines.append(clean(buf[s:end]))
+            end = s - 1
+        self._tail.extend(reversed(lines))
+
+    def _fill_pending(self, buf: bytes) -> None:
+        want = max(need for _, _, need in self._pending)
+        lines: list[str] = []
+        p = 0
+        while len(lines) < want and p < len(buf):
+            q = buf.find(b"\n", p)
+            q = len(buf) if q < 0 else q
+            lines.append(clean(buf[p:q]))
+            p = q + 1
+        still = []
+        for hit, who, need in self._pending:
+            hit.after.extend(lines[:need])
+            if len(lines) >= need:
+                self._dispatch(hit, who)
+            else:
+                still.append((hit, who, need - len(lines)))
+        self._pending = still
+
+    def close(self) -> None:
+        for hit, who, _ in self._pending:
+            self._dispatch(hit, who)
+        self._pending = []
+
+
+def run(chunks: Iterable[bytes], parser_classes: Sequence[type[Parser]]) -> tuple[list[Parser], int]:
+    parsers = [cls() for cls in parser_classes]
+    sc = Scanner(parsers)
+    for buf in chunks:
+        sc.feed(buf)
+    sc.close()
+    return parsers, sc.lines
+
+
+def _lines_to_chunks(lines: Iterable[str]) -> Iterator[bytes]:
+    yield "".join(line if line.endswith("\n") else line + "\n" for line in lines).encode()
+
+
+def collect(parsers: Sequence[Parser], ctx: Context) -> list[Finding]:
+    """Let every parser add log-wide context first, then gather all findings."""
+    for p in parsers:
+        p.contribute(ctx)
+    out: list[Finding] = []
+    for p in parsers:
+        out.extend(p.finish(ctx))
+    return out
+
+
+def scan_lines(lines: Iterable[str], parser_classes: Sequence[type[Parser]]) -> list[Finding]:
+    from parsers.context import ContextParser
+    classes = [ContextParser, *(c for c in parser_classes if c is not ContextParser)]
+    parsers, _ = run(_lines_to_chunks(lines), classes)
+    return collect(parsers, Context())

@@ -1,0 +1,125 @@
+"""tcp_fallback and efa_provider_missing: which network NCCL really moves data over.
+
+Sockets for bootstrap or the out-of-band channel are healthy. The data path over sockets is a fallback only when
+the log shows EFA or InfiniBand was expected (a net plugin or IB device was looked for, the job spans nodes, or
+the instance has EFA); a single-node run with no RDMA in sight legitimately uses sockets."""
+from __future__ import annotations
+
+from typing import Any
+
+from core.models import Finding
+from parsers.base import Context, EvidenceBox, Hit, Parser, host_of, rx, search
+
+_SOCKET = rx(r"NET/Socket ?: Using \[\d+\](\w[\w.-]*)|Using network Socket|Using internal Network Socket"
+             r"|via NET/Socket")
+_RDMA = rx(r"Using network (?:AWS Libfabric|Libfabric|IB|IBext|\w*OFI)|Using internal Network IB|Selected Provider is efa"
+           r"|via NET/(?:IB|AWS Libfabric|Libfabric|OFI)|NET/IB ?: Using \[\d+\]\w|NET/OFI Selected provider is efa")
+_EXPECT = (
+    ("ofi_init_failed", rx(r"aws-ofi-nccl initialization failed|NET/OFI .*(?:failed|Failed)")),
+    ("ib_no_device", rx(r"NET/IB ?: No device found")),
+    ("ib_open_failed", rx(r"ibv_open_device failed|NET/IB ?: Unable to open device")),
+    ("ib_plugin", rx(r"P2P plugin IBext|Loaded net plugin|Plugin Path|NCCL_IB_DISABLE set by environment to 0")),
+    ("efa_platform", rx(r"Running on [Pp]\d\w* platform|FI_PROVIDER|provider_filter|NET/OFI")),
+)
+_PROVIDER = rx(r"Couldn't find any optimal provider|fi_getinfo(?: failed)?:? ?-61|Could not find a valid provider"
+               r"|No providers? (?:found|available)|OFI NCCL failure|Unable to find (?:a |any )?provider")
+_EFA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200")
+
+
+class TransportParser(Parser):
+    name = "transport"
+    triggers = ("NET/Socket", "Using network", "Using internal Network", "Selected Provider", "Selected provider",
+                "via NET/", "NET/IB", "NET/OFI", "ibv_open_device", "P2P plugin", "Loaded net plugin", "Plugin Path",
+                "NCCL_IB_DISABLE", "platform", "FI_PROVIDER", "provider_filter", "optimal provider", "fi_getinfo",
+                "valid provider", "No provider", "OFI NCCL failure", "find a provider", "find any provider")
+
+    def __init__(self) -> None:
+        self.sock_ev = EvidenceBox()
+        self.prov_ev = EvidenceBox()
+        self.expect_ev = EvidenceBox(2)
+        self.socket_hosts: set[str] = set()
+        self.rdma_hosts: set[str] = set()
+        self.socket_lines = 0
+        self.rdma_lines = 0
+        self.ifaces: set[str] = set()
+        self.expect: set[str] = set()
+
+    def feed(self, hit: Hit) -> None:
+        t = hit.text
+        h = host_of(t)
+        m = search(_SOCKET, t)
+        if m:
+            self.socket_lines += 1
+            self.sock_ev.add(hit.no, t)
+            if m.group(1):
+                self.ifaces.add(m.group(1))
+            if h:
+                self.socket_hosts.add(h)
+            return
+        if search(_RDMA, t):
+            self.rdma_lines += 1
+            if h:
+                self.rdma_hosts.add(h)
+            return
+        if search(_PROVIDER, t):
+            self.prov_ev.add(hit.no, t)
+            self.expect.add("efa_provider")
+            return
+        for name, pat in _EXPECT:
+            if search(pat, t):
+                self.expect.add(name)
+                if name != "efa_platform":
+                    self.expect_ev.add(hit.no, t)
+                return
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        out: list[Finding] = []
+        if self.prov_ev.total:
+            out.append(Finding(
+                symptom="efa_provider_missing", rule="efa_provider_missing.ofi", severity="critical", confidence=0.9,
+                title="libfabric offers no usable EFA provider on this node, so aws-ofi-nccl cannot use EFA",
+                evidence=self.prov_ev.items, facts={"count": self.prov_ev.total}, first_line=self.prov_ev.first()))
+        fallback = self._fallback(ctx)
+        if fallback:
+            if out:
+                fallback.caused_by = "efa_provider_missing"
+            out.append(fallback)
+        return out
+
+    def _fallback(self, ctx: Context) -> Finding | None:
+        if not self.socket_lines:
+            return None
+        only_socket = self.socket_hosts - self.rdma_hosts
+        if self.rdma_lines and not only_socket:
+            return None  # RDMA is the data path; socket lines belong to other hosts we cannot tell apart
+        reasons = set(self.expect)
+        family = str(ctx.job.get("instance_family", ""))
+        if family in _EFA_FAMILIES:
+            reasons.add("efa_instance")
+        if len(ctx.hosts | self.socket_hosts) > 1:
+            reasons.add("multi_node")
+        if ctx.world_size and ctx.world_size > 8:
+            reasons.add("multi_node")
+        if not reasons:
+            return None
+        f: dict[str, Any] = {"expected_because": sorted(reasons)}
+        if self.ifaces:
+            f["socket_interfaces"] = sorted(self.ifaces)
+        if only_socket:
+            f["socket_hosts"] = sorted(only_socket)
+        if self.rdma_hosts:
+            f["rdma_hosts"] = sorted(self.rdma_hosts)
+        cause = ("aws-ofi-nccl failed to initialise" if "ofi_init_failed" in reasons
+                 else "no InfiniBand device was usable" if reasons & {"ib_no_device", "ib_open_failed"}
+                 else "no EFA provider" if "efa_provider" in reasons else "no RDMA transport was picked up")
+        where = f" ({', '.join(sorted(self.ifaces))})" if self.ifaces else ""
+        title = f"NCCL moves data over TCP sockets{where} instead of EFA/InfiniBand: {cause}"
+        if self.rdma_hosts and only_socket:
+            title += f"; {len(only_socket)} host(s) fell back while others use RDMA"
+        ev = sorted(self.expect_ev.items + self.sock_ev.items, key=lambda e: e.line)[:5]
+        return Finding(symptom="tcp_fallback", rule="tcp_fallback.socket_data_path", title=title, severity="error",
+                       confidence=0.9 if reasons - {"efa_platform"} else 0.7, evidence=ev, facts=f,
+                       first_line=min((e.line for e in ev), default=0))
+
+
+PARSER = TransportParser

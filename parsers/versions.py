@@ -1,0 +1,84 @@
+"""version_mismatch: driver, CUDA runtime, NCCL and plugin versions that do not fit together, or differ between ranks."""
+from __future__ import annotations
+
+from typing import Any
+
+from core.models import Finding
+from parsers.base import Context, EvidenceBox, Hit, Parser, rx, search
+
+_RULES = (
+    ("driver_library", rx(r"Driver/library version mismatch"), "The NVIDIA kernel module and user-space driver "
+     "libraries differ (driver upgraded without a reboot)"),
+    ("driver_too_old", rx(r"driver version is insufficient for CUDA runtime version|NVIDIA driver on your system is too "
+                          r"old(?: \(found version (\d+)\))?|not supported in the installed CUDA driver"
+                          r"|cudaErrorInsufficientDriver"), "The NVIDIA driver is too old for the CUDA runtime in use"),
+    ("forward_compat", rx(r"Error 804|forward compatibility was attempted on non supported HW"),
+     "CUDA forward-compatibility libraries were loaded on hardware or a driver that does not support them"),
+    ("driver_mismatch", rx(r"Error 803|unsupported display driver / cuda driver combination"
+                           r"|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"), "The CUDA user-space and kernel drivers disagree"),
+    ("nccl_abi", rx(r"undefined symbol: (nccl\w+)|version `(NCCL_[\d.]+)' not found"),
+     "The NCCL library loaded at run time is older than the one the program was built against"),
+    ("cuda_build", rx(r"detected CUDA version \(([\d.]+)\) mismatches the version that was used to compile PyTorch "
+                      r"\(([\d.]+)\)"), "The CUDA toolkit differs from the one PyTorch was built with"),
+)
+
+
+class VersionParser(Parser):
+    name = "version_mismatch"
+    triggers = ("insufficient for CUDA runtime", "driver on your system is too old", "forward compatibility was attempted",
+                "Error 804", "Error 803", "not supported in the installed CUDA driver", "undefined symbol: nccl",
+                "version `NCCL", "mismatches the version that was used to compile", "Driver/library version mismatch",
+                "unsupported display driver", "cudaErrorInsufficientDriver", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH")
+
+    def __init__(self) -> None:
+        self.ev = EvidenceBox()
+        self.hits: dict[str, int] = {}
+        self.facts: dict[str, Any] = {}
+
+    def feed(self, hit: Hit) -> None:
+        for rule, pat, _ in _RULES:
+            m = search(pat, hit.text)
+            if not m:
+                continue
+            self.hits[rule] = self.hits.get(rule, 0) + 1
+            self.ev.add(hit.no, hit.text)
+            if rule == "driver_too_old" and m.group(1):
+                n = int(m.group(1))
+                self.facts.setdefault("driver_supports_cuda", f"{n // 1000}.{(n % 1000) // 10}")
+            elif rule == "nccl_abi":
+                self.facts.setdefault("missing", m.group(1) or m.group(2))
+            elif rule == "cuda_build":
+                self.facts.setdefault("cuda_detected", m.group(1))
+                self.facts.setdefault("cuda_torch_built", m.group(2))
+            return
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        out: list[Finding] = []
+        if self.hits:
+            order = [r for r, _, _ in _RULES]
+            rule = min(self.hits, key=order.index)
+            title = dict((r, t) for r, _, t in _RULES)[rule]
+            f = dict(self.facts)
+            for k in ("driver", "driver_cuda", "cuda", "nccl", "torch"):
+                if ctx.versions.get(k):
+                    f.setdefault(k, ctx.versions[k])
+            if f.get("driver_supports_cuda"):
+                title += f" (driver supports CUDA {f['driver_supports_cuda']})"
+            out.append(Finding(symptom="version_mismatch", rule=f"version_mismatch.{rule}", title=title,
+                               severity="critical", confidence=0.9, evidence=self.ev.items, facts=f,
+                               first_line=self.ev.first()))
+        drift = {k: v for k, v in ctx.versions_seen.items()
+                 if k in ("nccl", "aws_ofi_nccl", "libfabric", "torch", "driver") and len(v) > 1}
+        if drift:
+            comp = sorted(drift)
+            ev = sorted({seen for k in comp for seen in drift[k].values()})
+            out.append(Finding(
+                symptom="version_mismatch", rule="version_mismatch.ranks_disagree", severity="error", confidence=0.85,
+                title="Ranks run different versions of " + ", ".join(
+                    f"{k} ({' vs '.join(sorted(drift[k]))})" for k in comp),
+                evidence=[{"line": line, "text": text} for line, text in ev[:5]],
+                facts={"differing": {k: sorted(drift[k]) for k in comp}}, first_line=ev[0][0]))
+        return out
+
+
+PARSER = VersionParser

@@ -1,0 +1,160 @@
+"""gpu_xid: NVIDIA driver Xid events, uncorrectable ECC errors, and row-remapping state from `nvidia-smi -q`."""
+from __future__ import annotations
+
+from typing import Any
+
+from core.models import Finding
+from parsers.base import Context, EvidenceBox, Hit, Parser, rx, search
+
+# xid -> (meaning, action). Actions: app (fix/restart the job), reset (reset the GPU / reboot), drain (take the
+# node out of the pool and open a hardware ticket).
+XID_TABLE: dict[int, tuple[str, str]] = {
+    8: ("GPU stopped responding (watchdog timeout in the driver)", "reset"),
+    13: ("graphics engine exception, usually an illegal access by the application", "app"),
+    31: ("GPU memory page fault (MMU fault), usually an application bug", "app"),
+    32: ("invalid or corrupted push buffer stream (often PCIe trouble)", "reset"),
+    38: ("driver firmware error", "reset"),
+    43: ("GPU stopped processing a channel after an application fault", "app"),
+    45: ("preemptive cleanup after an earlier error; look for the first Xid", "app"),
+    48: ("double-bit (uncorrectable) ECC error", "drain"),
+    54: ("auxiliary power not connected", "drain"),
+    56: ("display engine error", "reset"),
+    57: ("error programming video memory interface", "drain"),
+    61: ("internal micro-controller breakpoint or warning", "reset"),
+    62: ("internal micro-controller halted", "drain"),
+    63: ("ECC page retirement or row remapping recorded; a GPU reset applies it", "reset"),
+    64: ("ECC page retirement or row remapping failed", "drain"),
+    68: ("video processor exception", "reset"),
+    69: ("graphics engine class error", "reset"),
+    74: ("NVLink error", "drain"),
+    79: ("GPU has fallen off the bus", "drain"),
+    81: ("VGA subsystem error", "drain"),
+    92: ("high single-bit ECC error rate", "reset"),
+    94: ("contained ECC error; the affected application was stopped", "reset"),
+    95: ("uncontained ECC error; every application on the GPU is affected", "drain"),
+    109: ("context switch timeout", "reset"),
+    119: ("GSP firmware RPC timeout", "reset"),
+    120: ("GSP firmware error", "reset"),
+    121: ("corrected NVLink error (C2C)", "reset"),
+    122: ("SPI PMU RPC read failure", "reset"),
+    123: ("SPI PMU RPC write failure", "reset"),
+    136: ("NVLink link training or health event", "drain"),
+    137: ("NVLink privilege or fabric access error", "drain"),
+    140: ("unrecovered ECC error in GPU memory", "drain"),
+    143: ("GPU initialisation failure", "drain"),
+    144: ("NVLink NETIR link event", "drain"),
+    145: ("NVLink RLW (receive/link-layer) error", "drain"),
+    146: ("NVLink TLW (transmit) error", "drain"),
+    147: ("NVLink TREX error", "drain"),
+    148: ("NVLink power/control error", "drain"),
+    149: ("NVLink NETIR fabric error", "drain"),
+    150: ("NVLink ISO error", "drain"),
+    154: ("GPU recovery action changed: reset or reboot required", "reset"),
+}
+_ACTION_RANK = {"app": 0, "reset": 1, "drain": 2}
+_XID = rx(r"NVRM: Xid \((PCI:[^)]*)\): (\d+)(?:, pid=(\d+|'<unknown>'))?(?:, name=([^,]+))?(?:, (.*))?")
+_HOST = rx(r"^(?:\w{3}\s+\d+\s+[\d:]+\s+|\S+T[\d:.+-]+\s+)(\S+) kernel:")
+_ECC_RT = rx(r"uncorrectable ECC error encountered|ECC error detected.*uncorrectable")
+_LOST = rx(r"GPU is lost|fallen off the bus")
+_SMI = rx(r"^\s*(Pending|Remapping Failure Occurred|DRAM Uncorrectable|SRAM Uncorrectable|Pending Page Blacklist)"
+          r"\s*:\s*(\S+)")
+
+
+class XidParser(Parser):
+    name = "gpu_xid"
+    triggers = ("NVRM: Xid", "uncorrectable ECC error", "GPU is lost", "fallen off the bus", "Remapped Rows",
+                "Remapping Failure Occurred", "Uncorrectable", "Pending Page Blacklist")
+    after = 4
+
+    def __init__(self) -> None:
+        self.ev = EvidenceBox()
+        self.xids: dict[int, dict[str, Any]] = {}
+        self.pci: set[str] = set()
+        self.hosts: set[str] = set()
+        self.flags: set[str] = set()
+
+    def feed(self, hit: Hit) -> None:
+        t = hit.text
+        m = search(_XID, t)
+        if m:
+            x = int(m.group(2))
+            rec = self.xids.setdefault(x, {"xid": x, "count": 0})
+            rec["count"] += 1
+            if m.group(5) and "detail" not in rec:
+                rec["detail"] = m.group(5).strip()[:160]
+            if m.group(1) not in ("PCI:...", "PCI:"):
+                self.pci.add(m.group(1))
+            h = search(_HOST, t)
+            if h:
+                self.hosts.add(h.group(1))
+            self.ev.add(hit.no, t)
+            return
+        if search(_ECC_RT, t):
+            self.flags.add("ecc_uncorrectable")
+            self.ev.add(hit.no, t)
+            return
+        if search(_LOST, t):
+            self.flags.add("gpu_lost")
+            self.ev.add(hit.no, t)
+            return
+        lines = [(hit.no, t)] + ([(hit.no + 1 + i, a) for i, a in enumerate(hit.after)] if "Remapped Rows" in t else [])
+        for no, line in lines:
+            s = search(_SMI, line)
+            if not s:
+                continue
+            key, val = s.group(1), s.group(2)
+            bad = (key in ("Pending", "Remapping Failure Occurred", "Pending Page Blacklist") and val == "Yes") or \
+                  (key.endswith("Uncorrectable") and val.isdigit() and int(val) > 0)
+            if bad:
+                self.flags.add({"Pending": "row_remap_pending", "Remapping Failure Occurred": "row_remap_failure",
+                                "Pending Page Blacklist": "page_retirement_pending"}.get(key, "ecc_uncorrectable"))
+                self.ev.add(no, line)
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        if not self.xids and not self.flags:
+            return []
+        f: dict[str, Any] = {}
+        actions = []
+        if self.xids:
+            table = []
+            for x, rec in sorted(self.xids.items()):
+                meaning, action = XID_TABLE.get(x, ("unlisted Xid; check NVIDIA's Xid catalogue", "reset"))
+                table.append({**rec, "meaning": meaning, "action": action})
+                actions.append(action)
+            f["xids"] = table
+        flag_action = {"row_remap_failure": "drain", "ecc_uncorrectable": "drain", "gpu_lost": "drain",
+                       "row_remap_pending": "reset", "page_retirement_pending": "reset"}
+        actions += [flag_action[fl] for fl in self.flags]
+        if self.flags:
+            f["conditions"] = sorted(self.flags)
+        f["action"] = max(actions, key=_ACTION_RANK.__getitem__)
+        if self.pci:
+            f["pci"] = sorted(self.pci)
+        if self.hosts:
+            f["hosts"] = sorted(self.hosts)
+        if self.xids:
+            worst = max(f["xids"], key=lambda r: (_ACTION_RANK[r["action"]], r["count"]))
+            title = f"GPU Xid {worst['xid']}: {worst['meaning']}"
+            others = [str(r["xid"]) for r in f["xids"] if r is not worst]
+            if others:
+                title += f" (also Xid {', '.join(others)})"
+            rule = f"gpu_xid.xid{worst['xid']}"
+        elif "gpu_lost" in self.flags:
+            title, rule = "A GPU fell off the bus / is lost to the driver", "gpu_xid.gpu_lost"
+        elif "ecc_uncorrectable" in self.flags:
+            title, rule = "Uncorrectable ECC error in GPU memory", "gpu_xid.ecc"
+        elif "row_remap_failure" in self.flags:
+            title, rule = "Row remapping failed on a GPU: its memory cannot be repaired", "gpu_xid.row_remap_failure"
+        else:
+            title, rule = "A GPU has memory repairs pending (row remap / page retirement) until it is reset", \
+                "gpu_xid.remap_pending"
+        where = self.hosts or self.pci
+        if where:
+            title += f" on {', '.join(sorted(where)[:3])}"
+        title += {"drain": "; drain the node", "reset": "; reset the GPU", "app": "; usually the application"}[f["action"]]
+        return [Finding(symptom="gpu_xid", rule=rule, title=title,
+                        severity="critical" if f["action"] != "app" else "error", confidence=0.95,
+                        evidence=self.ev.items, facts=f, first_line=self.ev.first())]
+
+
+PARSER = XidParser

@@ -1,0 +1,62 @@
+"""Golden files: every fixture log beside its .expected.json (healthy/ logs must give no finding at all)."""
+import json
+
+import pytest
+
+from conftest import FIXTURES
+
+CASES = sorted(p for p in FIXTURES.rglob("*.log"))
+
+
+def _changes(d):
+    return [[c.kind, c.name, c.from_, c.to] for f in d.findings[:1] for s in f.steps for c in s.changes]
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_fixture(path, run):
+    d = run(path.read_bytes(), path.name)
+    if path.parent.name == "healthy":
+        assert d.findings == [], [f.title for f in d.findings]
+        return
+    exp = json.loads(path.with_suffix(".expected.json").read_text())
+    assert [f.symptom for f in d.findings] == exp["symptoms"]
+    top = d.findings[0]
+    assert top.symptom == path.parent.name
+    for k, v in exp.get("facts", {}).items():
+        assert top.facts.get(k) == v, (k, top.facts)
+    if "rule" in exp:
+        assert top.rule == exp["rule"]
+    for sym, cause in exp.get("caused_by", {}).items():
+        assert next(f for f in d.findings if f.symptom == sym).caused_by == cause
+    for text in exp.get("title_contains", []):
+        assert text in top.title, top.title
+    ids = [s.id for s in top.steps]
+    pos = [ids.index(s) for s in exp.get("steps", [])]  # raises if missing
+    assert pos == sorted(pos), f"steps out of order: {ids}"
+    for s in exp.get("not_steps", []):
+        assert s not in ids
+    got = _changes(d)
+    for ch in exp.get("changes", []):
+        assert ch in got, (ch, got)
+    for k, v in exp.get("versions", {}).items():
+        assert d.versions.get(k) == v
+    for k, v in exp.get("job", {}).items():
+        assert d.job.get(k) == v, (k, d.job)
+    for f in d.findings:
+        assert f.evidence and all(e.line >= 1 for e in f.evidence)
+        assert f.steps and all(s.cite for s in f.steps)
+
+
+def test_every_symptom_has_positive_and_healthy_fixtures():
+    from core.models import SYMPTOMS
+    have = {p.parent.name for p in CASES}
+    assert set(SYMPTOMS) <= have
+    assert len([p for p in CASES if p.parent.name == "healthy"]) >= 8
+
+
+def test_evidence_lines_point_at_the_real_line(run):
+    path = FIXTURES / "nccl_timeout" / "lagging_rank.log"
+    lines = path.read_text().splitlines()
+    d = run(path.read_bytes())
+    for e in d.findings[0].evidence:
+        assert lines[e.line - 1].strip() == e.text

@@ -1,0 +1,91 @@
+"""Playbooks are data: validated at load, every citation is a real runbook section, examples trigger them."""
+import textwrap
+
+import pytest
+
+from conftest import FIXTURES
+from knowledge.runbook import load as load_runbook
+from playbooks.engine import PlaybookError, load
+
+
+def test_every_cite_resolves_to_a_runbook_section(books):
+    rb = load_runbook()
+    cites = {c for b in books for s in b.playbook.steps for c in s.cite}
+    assert len(cites) > 40
+    missing = sorted(c for c in cites if c not in rb)
+    assert missing == []
+
+
+def test_every_symptom_has_a_playbook_and_examples_trigger_it(books, run):
+    from core.models import SYMPTOMS
+    assert {b.playbook.symptom for b in books} == set(SYMPTOMS)
+    for b in books:
+        assert b.playbook.examples, f"{b.path}: {b.playbook.symptom} has no example"
+        for ex in b.playbook.examples:
+            d = run((FIXTURES / ex).read_bytes())
+            assert d.findings[0].symptom == b.playbook.symptom, ex
+            assert d.findings[0].steps
+
+
+def test_bad_playbook_fails_loudly_naming_file_and_field(tmp_path):
+    (tmp_path / "mine.yaml").write_text(textwrap.dedent("""
+        playbooks:
+          - symptom: cuda_oom
+            steps:
+              - id: x
+                owner: ml
+                txt: typo
+                cite: [oom#micro-batch]
+    """))
+    with pytest.raises(PlaybookError) as e:
+        load([tmp_path])
+    assert "mine.yaml" in str(e.value) and "txt" in str(e.value)
+
+
+def test_user_playbook_dir_overrides_and_adds_steps(tmp_path, run):
+    (tmp_path / "team.yaml").write_text(textwrap.dedent("""
+        playbooks:
+          - symptom: fork_enomem
+            steps:
+              - id: fork_enomem.team_first
+                owner: infra
+                text: Page the on-call for node {facts.count}.
+                cite: [efa#fork-huge-pages]
+              - id: fork_enomem.huge_pages
+                owner: infra
+                text: Our AMI already sets it; check the job script instead.
+                cite: [efa#env-vars]
+    """))
+    from bot.engine import diagnose
+    from core.ingest import from_bytes
+    books = load([tmp_path])
+    d = diagnose(from_bytes((FIXTURES / "fork_enomem" / "dataloader.log").read_bytes()), books)
+    ids = [s.id for s in d.findings[0].steps]
+    assert ids[:2] == ["fork_enomem.team_first", "fork_enomem.huge_pages"]
+    assert d.findings[0].steps[0].text == "Page the on-call for node 1."
+    assert d.findings[0].steps[1].changes == []
+
+
+def test_version_condition_skips_workaround_on_new_efa_installer(run):
+    text = (FIXTURES / "efa_mr_registration" / "rail_rc22.log").read_text()
+    d = run(text.replace("1.28.0", "1.30.0"))
+    ids = [s.id for s in d.findings[0].steps]
+    assert "efa_mr.sync_memops_workaround" not in ids
+    d = run(text.replace("# EFA installer version: 1.28.0\n", ""))
+    step = next(s for s in d.findings[0].steps if s.id == "efa_mr.sync_memops_workaround")
+    assert step.changes[0].name == "cat /opt/amazon/efa_installed_packages"
+
+
+def test_micro_batch_one_is_not_halved(run):
+    text = (FIXTURES / "cuda_oom" / "new_format_fragmented.log").read_text()
+    d = run(text.replace("micro_batch_size ................................ 4",
+                         "micro_batch_size ................................ 1"))
+    assert "cuda_oom.halve_micro_batch" not in [s.id for s in d.findings[0].steps]
+
+
+def test_runbook_search_answers_questions_and_survives_fts_syntax():
+    rb = load_runbook()
+    assert rb.search("allreduce is slow, pipeline bubble")[0].id.startswith("performance#")
+    assert rb.search("fork cannot allocate memory huge pages")[0].id == "efa#fork-huge-pages"
+    assert rb.search('"unbalanced AND (OR NEAR* ^') is not None
+    assert rb.search("") == []
