@@ -1,0 +1,111 @@
+"""`triage diagnose` as a user runs it: a real subprocess on real files."""
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+
+TRIAGE = [sys.executable, "-m", "bot.cli"]
+
+
+def triage(*args, stdin=None, env=None):
+    e = {**os.environ, **(env or {})}
+    return subprocess.run([*TRIAGE, *args], input=stdin, capture_output=True, cwd=ROOT, env=e)
+
+
+def test_text_output_names_root_cause_evidence_changes_and_citations():
+    r = triage("diagnose", str(FIXTURES / "cuda_oom" / "new_format_fragmented.log"))
+    assert r.returncode == 0
+    out = r.stdout.decode()
+    first = out.splitlines()[1]
+    assert first.startswith("ROOT CAUSE  [critical] cuda_oom:")
+    assert "line 21:" in out and "torch.OutOfMemoryError" in out
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
+    assert "--micro-batch-size 4 → 2" in out
+    assert "runbook: oom#micro-batch" in out
+    assert "[ML]" in out and "[Infra]" in out
+
+
+def test_json_for_several_files_is_one_object_per_line_in_order(tmp_path):
+    gz = tmp_path / "spike.log.gz"
+    gz.write_bytes(gzip.compress((FIXTURES / "loss_spike" / "megatron_spike.log").read_bytes()))
+    files = [FIXTURES / "nccl_timeout" / "lagging_rank.log", gz, FIXTURES / "healthy" / "socket_bootstrap_efa.log"]
+    r = triage("diagnose", "--json", *map(str, files))
+    assert r.returncode == 0, r.stderr
+    docs = [json.loads(line) for line in r.stdout.decode().splitlines()]
+    assert [d["input"]["name"] for d in docs] == ["lagging_rank.log", "spike.log.gz", "socket_bootstrap_efa.log"]
+    assert docs[0]["schema"] == "triage.diagnosis/v1"
+    f = docs[0]["findings"][0]
+    assert f["symptom"] == "nccl_timeout" and f["facts"]["lagging_ranks"] == [3]
+    assert set(f) >= {"symptom", "rule", "title", "severity", "confidence", "evidence", "facts", "steps"}
+    step = f["steps"][0]
+    assert step["owner"] in ("ml", "infra") and step["cite"]
+    assert docs[1]["findings"][0]["symptom"] == "loss_spike"
+    assert docs[2]["findings"] == []
+    assert docs[2]["versions"]["aws_ofi_nccl"] == "1.11.0"
+
+
+def test_stdin_dash():
+    data = (FIXTURES / "fork_enomem" / "dataloader.log").read_bytes()
+    r = triage("diagnose", "--json", "-", stdin=data)
+    doc = json.loads(r.stdout)
+    assert doc["input"]["name"] == "stdin" and doc["findings"][0]["symptom"] == "fork_enomem"
+    assert doc["input"]["lines"] == 8
+
+
+@pytest.mark.parametrize("name,data,msg", [
+    ("empty.log", b"", "empty"),
+    ("blank.log", b"  \n\n\t\n", "empty"),
+    ("image.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 40, "binary"),
+    ("noise.log", bytes((i * 151 + 7) % 256 for i in range(20000)).replace(b"\x00", b"\x01"), "not a text log"),
+    ("bad.gz", b"\x1f\x8b\x08\x00garbage-not-deflate", "gzip"),
+])
+def test_unusable_input_is_one_line_and_exit_2(tmp_path, name, data, msg):
+    p = tmp_path / name
+    p.write_bytes(data)
+    r = triage("diagnose", str(p))
+    err = r.stderr.decode()
+    assert r.returncode == 2
+    assert len(err.strip().splitlines()) == 1 and msg in err and "Traceback" not in err
+    assert r.stdout == b""
+
+
+def test_missing_file_and_directory_exit_2(tmp_path):
+    for target in (tmp_path / "nope.log", tmp_path):
+        r = triage("diagnose", str(target))
+        assert r.returncode == 2 and len(r.stderr.decode().strip().splitlines()) == 1
+
+
+def test_one_bad_file_does_not_stop_the_others(tmp_path):
+    bad = tmp_path / "empty.log"
+    bad.write_bytes(b"")
+    r = triage("diagnose", "--json", str(bad), str(FIXTURES / "gpu_xid" / "xid79.log"))
+    assert r.returncode == 2
+    assert json.loads(r.stdout)["findings"][0]["symptom"] == "gpu_xid"
+
+
+def test_bad_user_playbook_fails_at_start(tmp_path):
+    (tmp_path / "x.yaml").write_text("playbooks:\n  - symptom: cuda_oom\n    steps: []\n")
+    r = triage("diagnose", str(FIXTURES / "gpu_xid" / "xid79.log"), env={"TRIAGE_PLAYBOOKS": str(tmp_path)})
+    assert r.returncode == 2 and "x.yaml" in r.stderr.decode()
+
+
+def test_eval_reports_accuracy_precision_recall_and_misses(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    cases = [
+        {"id": "a", "label": "fork_enomem", "text": (FIXTURES / "fork_enomem" / "dataloader.log").read_text()},
+        {"id": "b", "label": "none", "text": (FIXTURES / "healthy" / "oom_mentions.log").read_text()},
+        {"id": "c", "label": "gpu_xid", "text": "all good here\n"},
+    ]
+    corpus.write_text("\n".join(json.dumps(c) for c in cases) + "\n")
+    r = triage("eval", str(corpus))
+    out = r.stdout.decode()
+    assert r.returncode == 0
+    assert "top-1 accuracy: 2/3 = 66.7%" in out
+    assert "c: expected gpu_xid, got none" in out
+    assert "fork_enomem" in out and "1.00" in out

@@ -1,0 +1,107 @@
+"""Reading bytes and finding candidate lines: chunk boundaries, encodings, terminal junk, caps."""
+import codecs
+import gzip
+import io
+
+import pytest
+
+from core.ingest import Source, UnusableInput, from_bytes
+from parsers.base import Hit, Parser
+from parsers.scan import Scanner, clean
+
+WATCHDOG = ("[rank{r}]:[E1104 03:12:44.1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+            "600100 milliseconds before timing out.")
+
+
+class Collect(Parser):
+    name = "collect"
+    triggers = ("NEEDLE",)
+    before = 2
+    after = 2
+
+    def __init__(self):
+        self.hits: list[Hit] = []
+
+    def feed(self, hit):
+        self.hits.append(hit)
+
+
+def test_context_lines_cross_chunk_boundaries():
+    p = Collect()
+    sc = Scanner([p])
+    sc.feed(b"a\nb\nNEEDLE one\n")
+    sc.feed(b"c\nd\ne\nNEEDLE two\nf\n")
+    sc.close()
+    assert [(h.no, h.text, h.before, h.after) for h in p.hits] == [
+        (3, "NEEDLE one", ("a", "b"), ["c", "d"]),
+        (7, "NEEDLE two", ("d", "e"), ["f"]),
+    ]
+    assert sc.lines == 8
+
+
+def test_clean_strips_ansi_and_keeps_last_carriage_return_redraw():
+    raw = "\x1b[31m 10%|#  | 1/10\r 20%|## | 2/10\r[E] NEEDLE found\x1b[0m\r".encode()
+    assert clean(raw) == "[E] NEEDLE found"
+
+
+def test_crlf_ansi_tqdm_log_keeps_line_numbers(run):
+    lines = ["\x1b[32mepoch 1\x1b[0m", " 5%|#   | 1/20\r 10%|##  | 2/20", "ok", WATCHDOG.format(r=0),
+             WATCHDOG.format(r=1)]
+    d = run("\r\n".join(lines).encode() + b"\r\n")
+    f = d.findings[0]
+    assert f.symptom == "nccl_timeout" and [e.line for e in f.evidence] == [4, 5]
+    assert not f.evidence[0].text.endswith("\r")
+
+
+def test_utf16_with_bom_and_latin1_are_read(run):
+    text = "\n".join([WATCHDOG.format(r=0), WATCHDOG.format(r=1)]) + "\n"
+    d = run(codecs.BOM_UTF16_LE + text.encode("utf-16-le"))
+    assert d.findings[0].symptom == "nccl_timeout"
+    d = run(("Gerät café\n" + text).encode("latin-1"))
+    assert d.findings[0].symptom == "nccl_timeout" and d.findings[0].evidence[0].line == 2
+
+
+def test_gzip_members_and_truncated_gzip(run):
+    body = ("x\n" * 1000 + WATCHDOG.format(r=3) + "\n").encode()
+    d = run(gzip.compress(body))
+    assert d.findings[0].facts["reporting_ranks"] == [3] and d.input.lines == 1001 and not d.input.truncated
+    d = run(gzip.compress(body[:1000]) + gzip.compress(body[1000:]))
+    assert d.findings[0].evidence[0].line == 1001
+    cut = gzip.compress(body * 50)[:-200]
+    d = run(cut)
+    assert d.input.truncated
+
+
+def test_size_cap_reads_head_and_marks_truncated():
+    src = Source("big.log", io.BytesIO(b"line\n" * 100000), max_bytes=1000)
+    chunks = list(src.chunks())
+    assert sum(map(len, chunks)) <= 1000 and src.truncated
+
+
+def test_gzip_bomb_is_capped():
+    bomb = gzip.compress(b"A" * (64 << 20))
+    src = Source("bomb.gz", io.BytesIO(bomb), max_bytes=1 << 20)
+    total = sum(len(c) for c in src.chunks())
+    assert total <= 1 << 20 and src.truncated
+
+
+def test_megabyte_line_is_scanned_without_error(run):
+    big = b"x" * (3 << 20)
+    d = run(big + b"\n" + WATCHDOG.format(r=2).encode() + b"\n")
+    assert d.findings[0].evidence[0].line == 2
+    d = run(b"y" * (2 << 20) + b" torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert d.findings[0].symptom == "cuda_oom" and len(d.findings[0].evidence[0].text) <= 500
+
+
+def test_evidence_is_bounded_for_thousands_of_identical_errors(run):
+    line = "OSError: [Errno 12] Cannot allocate memory\n    self.pid = os.fork()\n"
+    d = run(line * 20000)
+    f = d.findings[0]
+    assert f.symptom == "fork_enomem" and f.facts["count"] == 20000 and len(f.evidence) <= 5
+
+
+def test_unusable_inputs_raise_clear_errors():
+    for data in (b"", b"\n \n", b"\x00\x01\x02" * 100, b"PK\x03\x04rest"):
+        with pytest.raises(UnusableInput):
+            list(from_bytes(data).chunks())
