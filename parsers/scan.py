@@ -27,28 +27,48 @@ def clean(raw: bytes, focus: int = 0) -> str:
     return text
 
 
+def _trie_regex(words: list[bytes]) -> bytes:
+    """An alternation factored by common prefixes: the regex engine tries far fewer branches per position.
+    Longer literals win over their prefixes, as in a longest-first alternation."""
+    trie: dict = {}
+    for w in words:
+        node = trie
+        for b in w:
+            node = node.setdefault(b, {})
+        node[None] = True
+
+    def build(node: dict) -> bytes:
+        alts = [re.escape(bytes([b])) + build(child) for b, child in sorted(
+            ((k, v) for k, v in node.items() if k is not None), key=lambda kv: kv[0])]
+        if not alts:
+            return b""
+        body = alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+        return b"(?:" + body + b")?" if None in node else body
+
+    return build(trie)
+
+
 class Scanner:
     def __init__(self, parsers: Sequence[Parser]):
         self.parsers = parsers
-        self.triggers: list[tuple[bytes, tuple[int, ...]]] = []
-        owners: dict[bytes, list[int]] = {}
+        owners: dict[bytes, set[int]] = {}
         for i, p in enumerate(parsers):
             for t in p.triggers:
-                owners.setdefault(t.encode(), []).append(i)
-        self.triggers = [(t, tuple(ix)) for t, ix in owners.items()]
-        lits = sorted(owners, key=len, reverse=True)
-        self.pattern = re.compile(b"|".join(re.escape(t) for t in lits))
+                owners.setdefault(t.encode(), set()).add(i)
+        # A matched literal also stands for every shorter trigger inside it (matches do not overlap).
+        self.owners = {lit: tuple(sorted(set().union(*(ix for t, ix in owners.items() if t in lit))))
+                       for lit in owners}
+        self.pattern = re.compile(_trie_regex(list(owners)))
         self.max_before = max((p.before for p in parsers), default=0)
         self.lines = 0
         self._tail: deque[str] = deque(maxlen=max(self.max_before, 1))
         self._pending: list[tuple[Hit, tuple[int, ...], int]] = []
 
     def _claimants(self, line: bytes) -> tuple[int, ...]:
-        found: set[int] = set()
-        for t, ix in self.triggers:
-            if t in line:
-                found.update(ix)
-        return tuple(sorted(found))
+        found = self.pattern.findall(line)
+        if len(found) == 1:
+            return self.owners[found[0]]
+        return tuple(sorted(set().union(*(self.owners[f] for f in set(found)))))
 
     def _dispatch(self, hit: Hit, who: tuple[int, ...]) -> None:
         for i in who:

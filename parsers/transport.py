@@ -29,7 +29,7 @@ _EFA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-
 class TransportParser(Parser):
     name = "transport"
     triggers = ("NET/Socket", "Using network", "Using internal Network", "Selected Provider", "Selected provider",
-                "via NET/", "NET/IB", "NET/OFI", "ibv_open_device", "P2P plugin", "Loaded net plugin", "Plugin Path",
+                "via NET/Socket", "NET/IB", "NET/OFI", "ibv_open_device", "P2P plugin", "Loaded net plugin", "Plugin Path",
                 "NCCL_IB_DISABLE", "platform", "FI_PROVIDER", "provider_filter", "optimal provider", "fi_getinfo",
                 "valid provider", "No provider", "OFI NCCL failure", "find a provider", "find any provider")
 
