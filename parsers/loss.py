@@ -22,7 +22,8 @@ _NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
 _LOSS = rx(r"(?i)(?<![\w.])(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss)(?:[ _]value|_step|_epoch)?['\"]?\s*(?:[:=]\s*|\s+)"
            + _NUM + r"(?![\w.])")
 _GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*" + _NUM)
-_ITER = rx(r"iteration\s+(\d+)\s*/|\bstep[:=\s]\s*(\d+)|global_step[=:\s]+(\d+)|\bepoch[:\s]\s*(\d+)\b|'epoch':\s*([\d.]+)")
+_ITER = rx(r"iteration\s+(\d+)\s*/|\bstep[:=\s]\s*(\d+)|global_step[=:\s]+(\d+)|\|\s*(\d+)/\d+ \["
+           r"|\bepoch[:\s]\s*(\d+)\b|'epoch':\s*([\d.]+)")
 _NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)")
 _SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to)\s*([\d.]+)")
 _SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum")
@@ -128,6 +129,8 @@ class LossParser(Parser):
         s = self.series.setdefault(key, _Series())
         it = search(_ITER, t)
         itv = float(next(g for g in it.groups() if g is not None)) if it else math.nan
+        if it and (it.group(5) or it.group(6)):
+            itv = -itv - 1  # stored negative so facts can tell an epoch from a step
         g = _f(gm.group(1)) if gm else math.nan
         if lm:
             v = _f(lm.group(1))
@@ -168,15 +171,13 @@ class LossParser(Parser):
             s = min(nans, key=lambda x: x.first_nan["line"])
             first = s.first_nan
             f["first_nan_line"] = first["line"]
-            if math.isfinite(first["iteration"]):
-                f["first_nan_iteration"] = int(first["iteration"])
+            f.update(_position("first_nan", first["iteration"]))
             if first["last_finite"] is not None:
                 f["last_finite_loss"] = first["last_finite"]
             f["nan_points"] = s.nan_points
             f["persists"] = s.last_is_nan
             rule, title = "loss_nan.loss", "Training loss became NaN/Inf"
-            if "first_nan_iteration" in f:
-                title += f" at step {f['first_nan_iteration']}"
+            title += _where(f, "first_nan")
             if first["last_finite"] is not None:
                 title += f" (last finite loss {first['last_finite']:.4g})"
             if f["persists"]:
@@ -208,17 +209,15 @@ class LossParser(Parser):
         med, v = b["med"], b["value"]
         f: dict[str, Any] = {"loss_before": round(med, 4), "loss_at_spike": v, "ratio": round(b["ratio"], 2),
                              "line": b["line"], "spikes": sum(s.spikes for s in spiky)}
-        if math.isfinite(b["iteration"]):
-            f["iteration"] = int(b["iteration"])
+        f.update(_position("", b["iteration"]))
         if math.isfinite(b["gnorm"]) and b["gnorm_before"] and b["gnorm"] > 0:
             f["grad_norm_before"] = round(b["gnorm_before"], 4)
             f["grad_norm_at_spike"] = b["gnorm"]
         if b["peak"] > v:
             f["peak_loss"] = b["peak"]
-            if math.isfinite(b["peak_iteration"]):
-                f["peak_iteration"] = int(b["peak_iteration"])
+            f.update(_position("peak", b["peak_iteration"]))
         f["recovered"] = b["later_n"] > 0 and b["later_min"] <= med * 1.2
-        where = f" at iteration {f['iteration']}" if "iteration" in f else f" at line {f['line']}"
+        where = _where(f, "") or f" at line {f['line']}"
         title = f"Loss spike{where}: {med:.4g} → {v:.4g} ({b['ratio']:.1f}× the recent median)"
         if "peak_loss" in f:
             title += f", peaking at {b['peak']:.4g}"
@@ -231,6 +230,25 @@ class LossParser(Parser):
         evidence = [Evidence(line=no, text=text) for no, text in b["evidence"]]
         return Finding(symptom="loss_spike", rule="loss_spike.robust_jump", title=title, severity="warning",
                        confidence=0.85, evidence=evidence, facts=f, first_line=b["line"])
+
+
+def _position(prefix: str, it: float) -> dict[str, Any]:
+    """Facts for where in training a point sits: an iteration/step, or an (HF-style) epoch."""
+    key = f"{prefix}_" if prefix else ""
+    if not math.isfinite(it):
+        return {}
+    if it < 0:
+        return {f"{key}epoch": round(-it - 1, 4)}
+    return {f"{key}iteration": int(it)}
+
+
+def _where(f: dict[str, Any], prefix: str) -> str:
+    key = f"{prefix}_" if prefix else ""
+    if f"{key}iteration" in f:
+        return f" at step {f[key + 'iteration']}"
+    if f"{key}epoch" in f:
+        return f" at epoch {f[key + 'epoch']}"
+    return ""
 
 
 PARSER = LossParser
