@@ -11,7 +11,7 @@ def change_text(c: Change) -> str:
     def fmt(v):
         return "true" if v is True else "false" if v is False else str(v)
     if c.kind == "env":
-        text = f"export {c.name}={fmt(c.to)}" if c.to is not None else f"{c.name}"
+        text = f"export {c.name}={fmt(c.to)}" if c.to is not None else f"unset {c.name}"
         if c.from_ is not None:
             text += f"   # was {fmt(c.from_)}"
     elif c.kind == "flag":

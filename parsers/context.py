@@ -39,6 +39,7 @@ _JSON_KV = rx(r'"(train_micro_batch_size_per_gpu|gradient_clipping|initial_scale
 _FLAG = rx(r"(?<!\S)--([a-z][a-z0-9-]+)(?:[ =]([^\s-][^\s]*|-?\d[^\s]*))?")
 _PARAMS = rx(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)"
              r"|(?:Number of trainable parameters|Total params|total parameters)\s*[=:]\s*([\d,]+)")
+_ENV = rx(r"\b((?:NCCL|FI|RDMAV|TORCH_NCCL|PYTORCH_CUDA)_[A-Z0-9_]+)(?:=| set by environment to )([^\s,;'\"]+)")
 _COMM_RANK = rx(r"\bcomm 0x[0-9a-f]+ rank (\d+) nranks (\d+)")
 _NRANKS = rx(r"\bnranks (\d+)\b|\bworld[_ ]size[=: ]+(\d+)|\bWORLD_SIZE=(\d+)")
 _INSTANCE = rx(r"\b(p4de?|p5en|p5e|p5|p6-b200|p6-b300|p6e-gb200|g5|g6e?)\.\d*x?large\b|Running on (\w+)[\w.-]* platform")
@@ -78,7 +79,7 @@ class ContextParser(Parser):
         "cudaDriverVersion", "CUDA driver version", "CUDA Version", "CUDA runtime version", "compilation tools",
         "torch", "PyTorch", "EFA installer", "efa-installer", " ....", "train_micro_batch_size_per_gpu", "zero_optimization_stage", "--", '"train_micro_batch_size_per_gpu"',
         '"gradient_clipping"', '"initial_scale_power"', "number of parameters", "trainable parameters",
-        "Total params", "total parameters", "nranks", "world_size", "world size", "WORLD_SIZE", "xlarge", "platform",
+        "Total params", "total parameters", "nranks", "NCCL_", "FI_", "RDMAV_", "PYTORCH_CUDA_", "world_size", "world size", "WORLD_SIZE", "xlarge", "platform",
     )
 
     def __init__(self) -> None:
@@ -128,6 +129,11 @@ class ContextParser(Parser):
                 if key:
                     kind = _JOB_KEYS[key]
                     self._set(key, m.group(2) if kind is not bool else "true")
+        if "_" in t and "environment variable to" not in t:  # the plugin's own settings are not the user's
+            for m in findall(_ENV, t):
+                env = self.job.setdefault("env", {})
+                if len(env) < 64:
+                    env.setdefault(m.group(1), m.group(2).rstrip(".)"))
         m = search(_PARAMS, t)
         if m:
             if m.group(3):

@@ -18,7 +18,7 @@ from core.models import Change, Finding, Step
 from playbooks.schema import ChangeSpec, Compute, Condition, Playbook, PlaybookFile
 
 BUILTIN = Path(__file__).parent
-MAX_STEPS = 8
+MAX_STEPS = 12
 
 
 class PlaybookError(Exception):
@@ -78,7 +78,8 @@ def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], b
     seen: set[str] = set()
     for book in books:
         pb = book.playbook
-        if pb.symptom != finding.symptom or not _all(pb.when, scope):
+        symptoms = pb.symptom if isinstance(pb.symptom, list) else [pb.symptom]
+        if finding.symptom not in symptoms or not _all(pb.when, scope):
             continue
         for spec in pb.steps:
             if spec.id in seen or not _all(spec.when, scope):

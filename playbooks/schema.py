@@ -68,7 +68,7 @@ class StepSpec(_M):
 
 
 class Playbook(_M):
-    symptom: str
+    symptom: str | list[str]
     when: list[Condition] = []
     steps: list[StepSpec] = Field(min_length=1)
     examples: list[str] = []
