@@ -1,0 +1,83 @@
+"""Masking rules as data. SECRETS are masked everywhere text is kept or shown (evidence, the store, logs);
+IDENTIFIERS (addresses, hostnames, e-mails) are masked additionally before text leaves the process (LLM).
+
+`Masker` gives stable, reversible placeholders (`<AWS_KEY_1>`), so an answer written about masked text can be
+turned back into the real values for the person who asked."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# (name, pattern, group holding the sensitive part or 0 for the whole match)
+SECRETS: tuple[tuple[str, re.Pattern, int], ...] = (
+    ("AWS_KEY", re.compile(r"\b((?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{16})\b"), 1),
+    ("AWS_SECRET", re.compile(r"(?i)(?:aws_secret_access_key|secret_?access_?key|SecretAccessKey)[\"'\s:=]+([A-Za-z0-9/+=]{40})"), 1),
+    ("SLACK_TOKEN", re.compile(r"\b(xox[abposr]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,})"), 1),
+    ("GITHUB_TOKEN", re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"), 1),
+    ("HF_TOKEN", re.compile(r"\b(hf_[A-Za-z0-9]{30,})"), 1),
+    ("OPENAI_KEY", re.compile(r"\b(sk-(?:proj-)?[A-Za-z0-9_-]{20,})"), 1),
+    ("BEARER", re.compile(r"(?i)\bBearer\s+([A-Za-z0-9._~+/=-]{16,})"), 1),
+    ("URL_PASSWORD", re.compile(r"([a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(@)"), 2),
+    ("PASSWORD", re.compile(r"(?i)\b(?:password|passwd|pwd|api[_-]?key|secret|token)\b[\"']?\s*[:=]\s*[\"']?([^\s\"',;]{6,})"), 1),
+    ("ACCOUNT_ID", re.compile(r"(?<!\d)(\d{12})(?!\d)"), 1),  # only on lines with AWS context, see below
+)
+IDENTIFIERS: tuple[tuple[str, re.Pattern, int], ...] = (
+    ("EMAIL", re.compile(r"\b([A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,})\b"), 1),
+    ("EC2_HOST", re.compile(r"\b(ip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?:\.[\w.-]+)?)\b"), 1),
+    ("IPV4", re.compile(r"(?<![\d.])((?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3})(?![\d.])"), 1),
+    ("IPV6", re.compile(r"(?<![\w:.])((?=[0-9a-fA-F:]*::|(?:[0-9a-fA-F]{1,4}:){7})(?:[0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{1,4})(?![\w:])"), 1),
+)
+# A 12-digit number is only an account id next to AWS words; elsewhere it is a count (NumelIn, bytes).
+_ACCOUNT_CONTEXT = re.compile(r"(?i)arn:aws|account|aws_|\.amazonaws\.com|iam::")
+_CHEAP = ("AKIA", "ASIA", "AIDA", "AROA", "ecret", "xox", "xapp-", "gh", "github_pat_", "hf_", "sk-", "earer", "://",
+          "assw", "pwd", "api", "oken", "ECRET", "OKEN", "ASSW", "API")
+
+
+@dataclass
+class Masker:
+    """Replaces sensitive values with numbered placeholders and can put them back."""
+    identifiers: bool = False
+    forward: dict[str, str] = field(default_factory=dict)   # real -> placeholder
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def _placeholder(self, kind: str, real: str) -> str:
+        if real not in self.forward:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            self.forward[real] = f"<{kind}_{self.counts[kind]}>"
+        return self.forward[real]
+
+    def mask(self, text: str) -> str:
+        if not text:
+            return text
+        rules = SECRETS + (IDENTIFIERS if self.identifiers else ())
+        for kind, pat, grp in rules:
+            if kind == "ACCOUNT_ID" and not _ACCOUNT_CONTEXT.search(text):
+                continue
+            text = _sub(pat, grp, text, lambda real, kind=kind: self._placeholder(kind, real))
+        return text
+
+    def unmask(self, text: str) -> str:
+        for real, ph in sorted(self.forward.items(), key=lambda kv: -len(kv[1])):
+            text = text.replace(ph, real)
+        return text
+
+
+def _sub(pat: re.Pattern, grp: int, text: str, repl) -> str:
+    def one(m: re.Match) -> str:
+        if grp == 0:
+            return repl(m.group(0))
+        s, e = m.span(grp)
+        return m.group(0)[: s - m.start()] + repl(m.group(grp)) + m.group(0)[e - m.start():]
+    return pat.sub(one, text)
+
+
+def mask_secrets(text: str) -> str:
+    """Irreversible masking of secrets for text that is kept or shown (evidence, store, logs)."""
+    if not text or not any(c in text for c in _CHEAP) and not re.search(r"\d{12}", text):
+        return text
+    out = text
+    for kind, pat, grp in SECRETS:
+        if kind == "ACCOUNT_ID" and not _ACCOUNT_CONTEXT.search(out):
+            continue
+        out = _sub(pat, grp, out, lambda real, kind=kind: f"<{kind}>")
+    return out
