@@ -9,15 +9,18 @@ from typing import Any
 from core.models import Finding
 from parsers.base import Context, Hit, Parser, findall, host_of, rx, search
 
-_VERSION_RULES: tuple[tuple[str, Any], ...] = (
-    ("nccl", rx(r"NCCL version:?\s*v?(\d+\.\d+\.\d+)(?:\+cuda(\d+\.\d+))?")),
-    ("aws_ofi_nccl", rx(r"aws-ofi-nccl(?: version)?[ :v]+(\d+\.\d+\.\d+)")),
-    ("libfabric", rx(r"(?:Libfabric version|libfabric:?|fi_info:?)\s+v?(\d+\.\d+(?:\.\d+)?)")),
-    ("driver", rx(r"Driver Version\s*:\s*(\d+\.\d+(?:\.\d+)?)")),
-    ("driver_cuda", rx(r"(?:cudaDriverVersion|Using CUDA driver version)\s+(\d{4,5})\b")),
-    ("cuda", rx(r"(?:CUDA Version\s*:|CUDA runtime version:?|Cuda compilation tools, release)\s*(\d+\.\d+)")),
-    ("torch", rx(r"(?:\btorch|PyTorch)(?: version)?\s*(?:\.{2,}|[:=]+|is)?\s*v?(\d+\.\d+\.\d+)(?:\+cu(\d+))?")),
-    ("efa_installer", rx(r"EFA installer version:?\s*(\d+\.\d+\.\d+)|aws-efa-installer-(\d+\.\d+\.\d+)")),
+# (component, literals one of which must be on the line, pattern)
+_VERSION_RULES: tuple[tuple[str, tuple[str, ...], Any], ...] = (
+    ("nccl", ("NCCL version",), rx(r"NCCL version:?\s*v?(\d+\.\d+\.\d+)(?:\+cuda(\d+\.\d+))?")),
+    ("aws_ofi_nccl", ("aws-ofi-nccl",), rx(r"aws-ofi-nccl(?: version)?[ :v]+(\d+\.\d+\.\d+)")),
+    ("libfabric", ("ibfabric", "fi_info"), rx(r"(?:Libfabric version|libfabric:?|fi_info:?)\s+v?(\d+\.\d+(?:\.\d+)?)")),
+    ("driver", ("Driver Version",), rx(r"Driver Version\s*:\s*(\d+\.\d+(?:\.\d+)?)")),
+    ("driver_cuda", ("river",), rx(r"(?:cudaDriverVersion|Using CUDA driver version)\s+(\d{4,5})\b")),
+    ("cuda", ("CUDA Version", "CUDA runtime", "compilation tools"),
+     rx(r"(?:CUDA Version\s*:|CUDA runtime version:?|Cuda compilation tools, release)\s*(\d+\.\d+)")),
+    ("torch", ("torch", "PyTorch"), rx(r"(?:\btorch|PyTorch)(?: version)?\s*(?:\.{2,}|[:=]+|is)?\s*v?(\d+\.\d+\.\d+)(?:\+cu(\d+))?")),
+    ("efa_installer", ("EFA installer", "efa-installer"),
+     rx(r"EFA installer version:?\s*(\d+\.\d+\.\d+)|aws-efa-installer-(\d+\.\d+\.\d+)")),
 )
 
 _JOB_KEYS = {
@@ -100,7 +103,9 @@ class ContextParser(Parser):
                 m = search(_COMM_RANK, t) if "comm 0x" in t else None
                 if m and len(self.rank_hosts) < 4096:
                     self.rank_hosts.setdefault(int(m.group(1)), h)
-        for key, pat in _VERSION_RULES:
+        for key, guards, pat in _VERSION_RULES:
+            if not any(g in t for g in guards):
+                continue
             m = search(pat, t)
             if not m:
                 continue
@@ -123,7 +128,7 @@ class ContextParser(Parser):
             for m in findall(_JSON_KV, t):
                 if m.group(1) in _JOB_KEYS:
                     self._set(m.group(1), m.group(2))
-        if "--" in t:
+        if "--" in t and "---" not in t:
             for m in findall(_FLAG, t):
                 key = _FLAG_TO_KEY.get(m.group(1))
                 if key:
@@ -134,17 +139,17 @@ class ContextParser(Parser):
                 env = self.job.setdefault("env", {})
                 if len(env) < 64:
                     env.setdefault(m.group(1), m.group(2).rstrip(".)"))
-        m = search(_PARAMS, t)
+        m = search(_PARAMS, t) if "arameters" in t or "params" in t else None
         if m:
             if m.group(3):
                 self.params_rank[(int(m.group(1)), int(m.group(2)))] = int(m.group(3))
             else:
                 self.job.setdefault("parameters", int(m.group(4).replace(",", "")))
-        m = search(_NRANKS, t)
+        m = search(_NRANKS, t) if "ranks" in t or "orld" in t or "WORLD" in t else None
         if m:
             n = int(next(g for g in m.groups() if g))
             self.world = max(self.world or 0, n)
-        m = search(_INSTANCE, t)
+        m = search(_INSTANCE, t) if "xlarge" in t or "platform" in t else None
         if m:
             self.job.setdefault("instance_family", (m.group(1) or m.group(2)).lower())
 
