@@ -1,3 +1,4 @@
+# Train Triage: `triage serve` as a non-root user; the SQLite store lives in the /data volume.
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TRIAGE_DB=/data/triage.db
 RUN useradd --create-home --uid 10001 triage && mkdir -p /data && chown triage /data
@@ -8,8 +9,12 @@ COPY core core
 COPY parsers parsers
 COPY playbooks playbooks
 COPY knowledge knowledge
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir . && rm -rf /root/.cache
 USER triage
 VOLUME ["/data"]
+EXPOSE 3000
+# In HTTP mode the bot answers /healthz; in Socket Mode there is no port and the check is skipped.
+HEALTHCHECK --interval=30s --timeout=3s --start-period=20s \
+  CMD python -c "import os,sys,urllib.request; sys.exit(0) if os.environ.get('SLACK_APP_TOKEN') else urllib.request.urlopen('http://127.0.0.1:3000/healthz', timeout=2)"
 ENTRYPOINT ["triage"]
-CMD ["--help"]
+CMD ["serve", "--port", "3000"]

@@ -23,10 +23,16 @@ def _books(settings: Settings) -> list[Book]:
     return books
 
 
+def _store(settings: Settings):
+    from bot.store import Store
+    return Store(settings.db)
+
+
 def cmd_diagnose(args, settings: Settings) -> int:
     from bot.engine import diagnose
     from bot.render import diagnosis_text
     books = _books(settings)
+    store = _store(settings) if args.record else None
     status = 0
     for path in args.files:
         try:
@@ -36,6 +42,8 @@ def cmd_diagnose(args, settings: Settings) -> int:
             print(f"triage: {e}", file=sys.stderr)
             status = 2
             continue
+        if store is not None:
+            store.record(d, source="cli", job_key=args.job or "")
         if args.json:
             print(json.dumps(d.to_json_dict(), ensure_ascii=False))
         else:
@@ -61,13 +69,66 @@ def cmd_eval(args, settings: Settings) -> int:
     return 0
 
 
+def cmd_serve(args, settings: Settings) -> int:
+    from bot.service import Triage
+    from bot.slack_app import create_app
+    from bot.server import serve_http, serve_socket
+    from knowledge.runbook import load as load_runbook
+    from slack_sdk.errors import SlackApiError, SlackClientError
+    _logging()
+    mode = settings.require_slack()
+    triage = Triage(_books(settings), load_runbook(), _store(settings), settings.max_bytes)
+    try:
+        app = create_app(settings, triage)
+    except (SlackApiError, SlackClientError, OSError) as e:
+        print(f"triage: cannot reach Slack with SLACK_BOT_TOKEN ({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
+        return 2
+    if mode == "socket":
+        serve_socket(app, settings.slack_app_token.get_secret_value())
+    else:
+        serve_http(app, args.host, args.port)
+    return 0
+
+
+def cmd_db_backup(args, settings: Settings) -> int:
+    _store(settings).backup(args.path)
+    print(f"backed up {settings.db} to {args.path}")
+    return 0
+
+
+def _logging() -> None:
+    import logging
+    from core.redact import mask_secrets
+
+    class Mask(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            record.msg, record.args = mask_secrets(record.getMessage()), ()
+            return True
+
+    handler = logging.StreamHandler()
+    handler.addFilter(Mask())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="triage", description="Triage distributed-training logs (PyTorch, NCCL, EFA).")
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("diagnose", help="diagnose log files (plain or .gz) or stdin ('-')")
     d.add_argument("files", nargs="+", metavar="FILE", help="log file, .gz file, or - for stdin")
     d.add_argument("--json", action="store_true", help="one JSON object (triage.diagnosis/v1) per input, per line")
+    d.add_argument("--record", action="store_true", help="also store the diagnosis in TRIAGE_DB (for reports)")
+    d.add_argument("--job", help="with --record: a job name to group diagnoses by")
     d.set_defaults(func=cmd_diagnose)
+    s = sub.add_parser("serve", help="run the Slack bot (Socket Mode if SLACK_APP_TOKEN is set, else HTTP)")
+    s.add_argument("--port", type=int, default=3000)
+    s.add_argument("--host", default="0.0.0.0")
+    s.set_defaults(func=cmd_serve)
+    db = sub.add_parser("db", help="database maintenance")
+    dbsub = db.add_subparsers(dest="db_command", required=True)
+    b = dbsub.add_parser("backup", help="online backup of TRIAGE_DB to PATH")
+    b.add_argument("path")
+    b.set_defaults(func=cmd_db_backup)
     e = sub.add_parser("eval", help="score a labelled corpus (JSON lines with label/also/text)")
     e.add_argument("corpus")
     e.set_defaults(func=cmd_eval)

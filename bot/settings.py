@@ -4,34 +4,95 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+ENV = {
+    "TRIAGE_DB": "db", "TRIAGE_MAX_BYTES": "max_bytes", "TRIAGE_PLAYBOOKS": "playbooks",
+    "TRIAGE_ALLOWED_CHANNELS": "allowed_channels", "TRIAGE_RUNBOOK_URL": "runbook_url",
+    "TRIAGE_MAX_FILE_BYTES": "max_file_bytes", "SLACK_BOT_TOKEN": "slack_bot_token",
+    "SLACK_SIGNING_SECRET": "slack_signing_secret", "SLACK_APP_TOKEN": "slack_app_token",
+    "SLACK_API_BASE_URL": "slack_api_base_url",
+}
+FIELD_TO_ENV = {v: k for k, v in ENV.items()}
 
 
 class SettingsError(Exception):
     pass
 
 
+class StoreError(SettingsError):
+    """TRIAGE_DB cannot be opened or written."""
+
+
+def _default_db() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    return Path(base) / "train-triage" / "triage.db"
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    db: Path = Field(default_factory=lambda: Path(os.path.expanduser("~/.local/share/train-triage/triage.db")))
+    db: Path = Field(default_factory=_default_db)
     playbooks: list[str] = []
     max_bytes: int = Field(default=4 << 30, gt=0)
+    max_file_bytes: int = Field(default=512 << 20, gt=0)
+    allowed_channels: list[str] = []
+    runbook_url: str | None = None
+    slack_bot_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    slack_app_token: SecretStr | None = None
+    slack_api_base_url: str | None = None
+
+    @field_validator("slack_bot_token")
+    @classmethod
+    def _bot_token(cls, v: SecretStr | None):
+        if v is not None and not v.get_secret_value().startswith("xoxb-"):
+            raise ValueError("must be a bot token starting with xoxb-")
+        return v
+
+    @field_validator("slack_app_token")
+    @classmethod
+    def _app_token(cls, v: SecretStr | None):
+        if v is not None and not v.get_secret_value().startswith("xapp-"):
+            raise ValueError("must be an app-level token starting with xapp-")
+        return v
+
+    @field_validator("slack_api_base_url", "runbook_url")
+    @classmethod
+    def _url(cls, v: str | None):
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http(s) URL")
+        if v is not None and not v.endswith("/"):
+            v += "/"
+        return v
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
         env = dict(os.environ if env is None else env)
         raw: dict[str, object] = {}
-        names = {"TRIAGE_DB": "db", "TRIAGE_MAX_BYTES": "max_bytes"}
-        for var, field in names.items():
-            if env.get(var):
-                raw[field] = env[var]
-        if env.get("TRIAGE_PLAYBOOKS"):
-            raw["playbooks"] = [p for p in env["TRIAGE_PLAYBOOKS"].split(os.pathsep) if p]
+        for var, name in ENV.items():
+            val = env.get(var, "").strip()
+            if not val:
+                continue
+            if name == "playbooks":
+                raw[name] = [p for p in val.split(os.pathsep) if p]
+            elif name == "allowed_channels":
+                raw[name] = [c.strip() for c in val.replace(" ", ",").split(",") if c.strip()]
+            else:
+                raw[name] = val
         try:
             return cls.model_validate(raw)
         except ValidationError as e:
             err = e.errors()[0]
-            field = str(err["loc"][0])
-            var = next((v for v, f in names.items() if f == field), "TRIAGE_PLAYBOOKS")
-            raise SettingsError(f"{var}: {err['msg']}") from None
+            raise SettingsError(f"{FIELD_TO_ENV.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}") from None
+
+    def require_slack(self) -> str:
+        """Check what `triage serve` needs; return the mode ('socket' or 'http')."""
+        if self.slack_bot_token is None:
+            raise SettingsError("SLACK_BOT_TOKEN: not set (the bot token, xoxb-…, from your Slack app)")
+        if self.slack_app_token is not None:
+            return "socket"
+        if self.slack_signing_secret is None:
+            raise SettingsError("SLACK_SIGNING_SECRET: not set (needed in HTTP mode; set SLACK_APP_TOKEN for "
+                                "Socket Mode instead)")
+        return "http"

@@ -3,6 +3,8 @@ Free-text questions are answered with SQLite FTS5 (through sqlite-utils) over th
 from __future__ import annotations
 
 import re
+import sqlite3
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -22,6 +24,7 @@ class Runbook:
     def __init__(self, sections: list[Section]):
         self.sections = {s.id: s for s in sections}
         self._db = None
+        self._lock = threading.Lock()  # one in-memory index shared by the bot's worker threads
 
     def __contains__(self, cite: str) -> bool:
         return cite in self.sections
@@ -34,16 +37,17 @@ class Runbook:
         words = re.findall(r"[A-Za-z0-9_]+", query.lower())
         if not words:
             return []
-        db = self._index()
         q = " OR ".join(f'"{w}"' for w in words)
-        rows = db.query("select id from sections_fts join sections on sections.rowid = sections_fts.rowid "
-                        "where sections_fts match ? order by bm25(sections_fts, 5.0, 1.0) limit ?", [q, limit])
+        with self._lock:
+            rows = list(self._index().query(
+                "select id from sections_fts join sections on sections.rowid = sections_fts.rowid "
+                "where sections_fts match ? order by bm25(sections_fts, 5.0, 1.0) limit ?", [q, limit]))
         return [self.sections[r["id"]] for r in rows]
 
     def _index(self):
         if self._db is None:
             import sqlite_utils
-            db = sqlite_utils.Database(memory=True)
+            db = sqlite_utils.Database(sqlite3.connect(":memory:", check_same_thread=False))
             db["sections"].insert_all(({"id": s.id, "title": s.title, "text": s.text} for s in self.sections.values()),
                                       pk="id")
             db["sections"].enable_fts(["title", "text"], tokenize="porter")

@@ -24,3 +24,60 @@ def run(books):
         data = text.encode() if isinstance(text, str) else text
         return diagnose(from_bytes(data, name), books)
     return _run
+
+
+SECRET = "test-signing-secret"
+
+
+class SlackHarness:
+    def __init__(self, fake, url, store, settings):
+        self.fake, self.url, self.store, self.settings = fake, url, store, settings
+
+    def post(self, body, content_type, **kw):
+        from fakeslack import post_signed
+        return post_signed(self.url + "/slack/events", SECRET, body, content_type, **kw)
+
+    def slash(self, text, **kw):
+        from fakeslack import slash_body
+        return self.post(slash_body(text, self.fake.response_url(), **kw), "application/x-www-form-urlencoded")
+
+    def event(self, event, event_id="Ev1", **kw):
+        from fakeslack import event_body
+        return self.post(event_body(event, event_id), "application/json", **kw)
+
+    def interactive(self, payload):
+        from fakeslack import interactive_body
+        return self.post(interactive_body(payload), "application/x-www-form-urlencoded")
+
+
+@pytest.fixture
+def slack_bot(tmp_path, books):
+    """Start the real Bolt app behind the real HTTP server, talking to a fake Slack Web API over HTTP."""
+    import threading
+
+    from bot.server import make_server
+    from bot.service import Triage
+    from bot.settings import Settings
+    from bot.slack_app import create_app
+    from bot.store import Store
+    from fakeslack import FakeSlack
+    from knowledge.runbook import load as load_runbook
+
+    started = []
+
+    def start(**env):
+        fake = FakeSlack().start()
+        settings = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_SIGNING_SECRET": SECRET,
+                                      "SLACK_API_BASE_URL": fake.api, "TRIAGE_DB": str(tmp_path / "t.db"), **env})
+        store = Store(settings.db)
+        app = create_app(settings, Triage(books, load_runbook(), store))
+        server = make_server(app, "127.0.0.1", 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append((fake, server))
+        return SlackHarness(fake, f"http://127.0.0.1:{server.server_address[1]}", store, settings)
+
+    yield start
+    for fake, server in started:
+        server.shutdown()
+        server.server_close()
+        fake.stop()

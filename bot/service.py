@@ -1,0 +1,26 @@
+"""What every interface does with an input: diagnose it, store it, hand back the diagnosis and its id."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.engine import diagnose
+from bot.store import Store
+from core.ingest import from_bytes
+from core.models import Diagnosis
+from knowledge.runbook import Runbook
+from playbooks.engine import Book
+
+
+@dataclass
+class Triage:
+    books: list[Book]
+    runbook: Runbook
+    store: Store | None = None
+    max_bytes: int = 4 << 30
+
+    def run(self, data: bytes, name: str, **meta: str) -> tuple[Diagnosis, int | None]:
+        """Raises core.ingest.UnusableInput for input that is not a log. The diagnosis is committed to the store
+        (when there is one) before this returns, so an answer that fails to post loses nothing."""
+        d = diagnose(from_bytes(data, name, self.max_bytes), self.books)
+        did = self.store.record(d, data, **meta) if self.store else None
+        return d, did

@@ -1,0 +1,241 @@
+"""The Slack app: thin Bolt listeners over the pure triage core. Every diagnosis is stored before it is posted."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_bolt import App, BoltResponse
+from slack_sdk import WebClient
+
+from bot import slack_blocks as kit
+from bot.render import diagnosis_text
+from bot.service import Triage
+from bot.settings import Settings
+from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text
+from core.ingest import UnusableInput
+from core.models import SYMPTOMS, Diagnosis
+
+log = logging.getLogger("triage.slack")
+NOT_HERE = "Train Triage is not enabled in this channel. Ask an admin to add it to TRIAGE_ALLOWED_CHANNELS."
+
+
+def create_app(settings: Settings, triage: Triage, client: WebClient | None = None) -> App:
+    token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None
+    secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else None
+    if client is None:
+        kwargs = {"base_url": settings.slack_api_base_url} if settings.slack_api_base_url else {}
+        client = WebClient(token=token, **kwargs)
+    app = App(token=token, signing_secret=secret, client=client, request_verification_enabled=secret is not None,
+              logger=log)
+    bot = SlackBot(settings, triage, token or "")
+    bot.register(app)
+    return app
+
+
+class SlackBot:
+    def __init__(self, settings: Settings, triage: Triage, token: str):
+        self.settings = settings
+        self.triage = triage
+        self.token = token
+        self.hosts = allowed_file_hosts(settings.slack_api_base_url)
+
+    # ---- helpers -------------------------------------------------------------------------------------------
+    def allowed(self, channel: str | None) -> bool:
+        return not self.settings.allowed_channels or (channel or "") in self.settings.allowed_channels
+
+    def _answer(self, d: Diagnosis, did: int | None) -> tuple[list[dict], str, bool]:
+        blocks, cut = kit.diagnosis_blocks(d, did, self.settings.runbook_url)
+        return blocks, kit.fallback_text(d), cut
+
+    def _post_diagnosis(self, client: WebClient, channel: str, thread_ts: str, d: Diagnosis, did: int | None) -> None:
+        blocks, text, cut = self._answer(d, did)
+        resp = client.chat_postMessage(channel=channel, thread_ts=thread_ts, blocks=blocks, text=text)
+        if did is not None and self.triage.store:
+            self.triage.store.set_message(did, channel, resp["ts"])
+        if cut:
+            self._attach_full(client, channel, thread_ts, d, did)
+
+    def _attach_full(self, client: WebClient, channel: str, thread_ts: str | None, d: Diagnosis,
+                     did: int | None) -> None:
+        kwargs: dict[str, Any] = {"channel": channel, "content": diagnosis_text(d),
+                                  "filename": f"diagnosis-{did or 'full'}.txt", "title": "Full diagnosis"}
+        if thread_ts:
+            kwargs["thread_ts"] = thread_ts
+        client.files_upload_v2(**kwargs)
+
+    def _diagnose_inputs(self, inputs: list[Input], meta: dict[str, str]) -> list[tuple[Input, Diagnosis | None, int | None, str]]:
+        out = []
+        for inp in inputs:
+            try:
+                d, did = self.triage.run(inp.data, inp.name, **meta)
+                out.append((inp, d, did, ""))
+            except UnusableInput as e:
+                out.append((inp, None, None, str(e)))
+        return out
+
+    # ---- listeners -----------------------------------------------------------------------------------------
+    def register(self, app: App) -> None:
+        app.middleware(self.dedupe)
+        app.command("/diagnose")(ack=self.ack_diagnose, lazy=[self.run_diagnose])
+        app.event("app_mention")(self.on_mention)
+        app.shortcut("diagnose_message")(ack=self.ack_shortcut, lazy=[self.run_shortcut])
+        app.action("triage_vote_up")(self.on_vote)
+        app.action("triage_vote_down")(self.on_vote)
+        app.action("triage_wrong")(self.on_vote)
+        app.event("app_home_opened")(self.on_home)
+        app.event("message")(lambda: None)  # thread chatter is read on mention only
+
+    def dedupe(self, body: dict, next) -> BoltResponse | None:
+        event_id = body.get("event_id")
+        if event_id and self.triage.store and not self.triage.store.first_time(event_id):
+            return BoltResponse(status=200, body="")
+        return next()
+
+    def ack_diagnose(self, ack, command: dict) -> None:
+        text = (command.get("text") or "").strip()
+        if not self.allowed(command.get("channel_id")):
+            ack(text=NOT_HERE)
+        elif not text:
+            ack(text=kit.USAGE)
+        else:
+            ack(text=":mag: Diagnosing…")
+
+    def run_diagnose(self, command: dict, respond, client: WebClient) -> None:
+        text = (command.get("text") or "").strip()
+        channel = command.get("channel_id", "")
+        if not text or not self.allowed(channel):
+            return
+        meta = {"source": "slash", "team": command.get("team_id", ""), "channel": channel,
+                "user": command.get("user_id", "")}
+        body = message_text(text)
+        try:
+            d, did = self.triage.run(body.encode(), "pasted log", **meta) if body else (None, None)
+        except UnusableInput as e:
+            respond(text=f":warning: {e}", response_type="ephemeral")
+            return
+        if d is not None and not d.findings and not looks_like_log(body):
+            sections = self.triage.runbook.search(body)
+            respond(blocks=kit.sections_blocks(body, sections, self.settings.runbook_url),
+                    text=f"Runbook sections for: {body[:100]}", response_type="in_channel")
+            return
+        blocks, fallback, cut = self._answer(d, did)
+        respond(blocks=blocks, text=fallback, response_type="in_channel")
+        if cut:
+            try:
+                self._attach_full(client, channel, None, d, did)
+            except Exception as e:  # the answer is out; the attachment is a bonus
+                log.warning("could not attach the full diagnosis: %s", type(e).__name__)
+
+    def on_mention(self, event: dict, client: WebClient, context) -> None:
+        channel, ts = event["channel"], event["ts"]
+        root = event.get("thread_ts") or ts
+        if not self.allowed(channel):
+            client.chat_postMessage(channel=channel, thread_ts=root, text=NOT_HERE)
+            return
+        client.reactions_add(channel=channel, timestamp=ts, name="eyes")
+        try:
+            replies = client.conversations_replies(channel=channel, ts=root, limit=200)
+            bot_user = context.get("bot_user_id")
+            inputs, notes = [], []
+            for i, msg in enumerate(replies.get("messages", [])):
+                if msg.get("bot_id") or (bot_user and msg.get("user") == bot_user):
+                    continue
+                got, skipped = message_inputs(msg, self.token, self.settings.max_file_bytes, self.hosts,
+                                              f"message {i + 1}")
+                inputs += got
+                notes += skipped
+            meta = {"source": "mention", "team": event.get("team", ""), "channel": channel,
+                    "user": event.get("user", ""), "thread_ts": root}
+            results = self._diagnose_inputs(inputs, meta)
+            self._reply_thread(client, channel, root, results, notes, event.get("text", ""))
+            client.reactions_remove(channel=channel, timestamp=ts, name="eyes")
+            client.reactions_add(channel=channel, timestamp=ts, name="white_check_mark")
+        except Exception as e:
+            log.error("mention in %s failed: %s", channel, type(e).__name__)
+            client.reactions_add(channel=channel, timestamp=ts, name="exclamation")
+            client.chat_postMessage(channel=channel, thread_ts=root,
+                                    text=":warning: Triage failed on this thread; the error is in the bot's log.")
+
+    def _reply_thread(self, client: WebClient, channel: str, root: str, results, notes: list[str],
+                      mention_text: str) -> None:
+        answered = 0
+        for inp, d, did, err in results:
+            if d is None:
+                notes.append(f"`{inp.name}`: {err}")
+                continue
+            if not d.findings and inp.name.endswith("(pasted text)"):
+                continue  # ordinary conversation in the thread
+            if inp.note:
+                d.input.truncated = True
+            self._post_diagnosis(client, channel, root, d, did)
+            answered += 1
+        if not answered:
+            question = message_text(mention_text)
+            sections = self.triage.runbook.search(question) if question else []
+            if sections:
+                client.chat_postMessage(channel=channel, thread_ts=root, text="Runbook sections",
+                                        blocks=kit.sections_blocks(question, sections, self.settings.runbook_url))
+            else:
+                client.chat_postMessage(channel=channel, thread_ts=root, text=(
+                    "No known failure found in this thread's logs and files." if results
+                    else "I found no log in this thread. Paste one or attach a .log/.txt/.gz file and mention me."))
+        if notes:
+            client.chat_postMessage(channel=channel, thread_ts=root, text="Notes: " + "; ".join(notes[:10]))
+
+    def ack_shortcut(self, ack) -> None:
+        ack()
+
+    def run_shortcut(self, body: dict, client: WebClient) -> None:
+        msg = body.get("message", {})
+        channel = body.get("channel", {}).get("id", "")
+        root = msg.get("thread_ts") or msg.get("ts")
+        if not self.allowed(channel):
+            client.chat_postEphemeral(channel=channel, user=body.get("user", {}).get("id", ""), text=NOT_HERE)
+            return
+        inputs, notes = message_inputs(msg, self.token, self.settings.max_file_bytes, self.hosts, "message")
+        if not inputs and message_text(msg.get("text", "")):
+            inputs = [Input("message (pasted text)", message_text(msg.get("text", "")).encode())]
+        meta = {"source": "shortcut", "team": body.get("team", {}).get("id", ""), "channel": channel,
+                "user": body.get("user", {}).get("id", ""), "thread_ts": root or ""}
+        results = self._diagnose_inputs(inputs, meta)
+        posted = False
+        for inp, d, did, err in results:
+            if d is None:
+                notes.append(f"`{inp.name}`: {err}")
+                continue
+            self._post_diagnosis(client, channel, root, d, did)
+            posted = True
+        if not posted:
+            client.chat_postMessage(channel=channel, thread_ts=root, text="I found no log in that message.")
+        if notes:
+            client.chat_postMessage(channel=channel, thread_ts=root, text="Notes: " + "; ".join(notes[:10]))
+
+    def on_vote(self, ack, body: dict, action: dict, client: WebClient) -> None:
+        ack()
+        user = body.get("user", {}).get("id", "")
+        if action["action_id"] == "triage_wrong":
+            did_s, _, symptom = action["selected_option"]["value"].partition(":")
+            vote = "down"
+            if symptom not in (*SYMPTOMS, "none"):
+                return
+        else:
+            did_s, symptom = action["value"], None
+            vote = "up" if action["action_id"] == "triage_vote_up" else "down"
+        store = self.triage.store
+        if store is None or not did_s.isdigit() or store.get(int(did_s)) is None:
+            return
+        did = int(did_s)
+        store.vote(did, user, vote, symptom)
+        d = store.diagnosis(did)
+        channel = body.get("channel", {}).get("id") or store.get(did)["channel"]
+        ts = body.get("message", {}).get("ts") or store.get(did)["message_ts"]
+        if d is None or not channel or not ts:
+            return
+        blocks, _ = kit.diagnosis_blocks(d, did, self.settings.runbook_url, vote=kit.vote_blocks(vote, user, symptom))
+        client.chat_update(channel=channel, ts=ts, blocks=blocks, text=kit.fallback_text(d))
+
+    def on_home(self, event: dict, client: WebClient, context) -> None:
+        store = self.triage.store
+        recent = store.recent(10, context.get("team_id")) if store else []
+        counts = store.counts_since(7, context.get("team_id")) if store else {}
+        client.views_publish(user_id=event["user"], view=kit.home_view(recent, counts))

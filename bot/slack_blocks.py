@@ -1,0 +1,158 @@
+"""Block Kit builders: pure functions from a Diagnosis to Slack blocks, within Slack's limits
+(50 blocks per message, 3000 characters per section text, 150 per header)."""
+from __future__ import annotations
+
+from typing import Any
+
+from bot.render import change_text
+from core.models import SYMPTOMS, Diagnosis, Finding
+
+MAX_BLOCKS = 50
+MAX_SECTION = 3000
+MAX_HEADER = 150
+MAX_STEPS_SHOWN = 6
+MAX_EVIDENCE_SHOWN = 4
+OWNER = {"ml": "ML", "infra": "Infra"}
+EMOJI = {"critical": ":rotating_light:", "error": ":x:", "warning": ":warning:"}
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _code(text: str) -> str:
+    return "```" + text.replace("```", "ʼʼʼ") + "```"
+
+
+def section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": clip(text, MAX_SECTION)}}
+
+
+def context(text: str) -> dict[str, Any]:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": clip(text, MAX_SECTION)}]}
+
+
+def cite_text(cites: list[str], runbook_url: str | None) -> str:
+    if not runbook_url:
+        return ", ".join(f"`{c}`" for c in cites)
+    base = runbook_url.rstrip("/")
+    out = []
+    for c in cites:
+        page, _, anchor = c.partition("#")
+        out.append(f"<{base}/{page}.md{'#' + anchor if anchor else ''}|{c}>")
+    return ", ".join(out)
+
+
+def _finding_blocks(f: Finding, runbook_url: str | None, steps_shown: int) -> tuple[list[dict], bool]:
+    cut = False
+    blocks: list[dict] = [section(f"*{f.title}*")]
+    meta = f"severity *{f.severity}* · confidence {f.confidence:.0%} · rule `{f.rule}`"
+    if f.caused_by:
+        meta += f" · consequence of `{f.caused_by}`"
+    blocks.append(context(meta))
+    if f.evidence:
+        ev = "\n".join(f"line {e.line}: {clip(e.text, 300)}" for e in f.evidence[:MAX_EVIDENCE_SHOWN])
+        cut |= len(f.evidence) > MAX_EVIDENCE_SHOWN
+        blocks.append(section("*Evidence*\n" + _code(clip(ev, MAX_SECTION - 20))))
+    for i, s in enumerate(f.steps[:steps_shown], 1):
+        cites = f"\n_runbook: {cite_text(s.cite, runbook_url)}_"
+        changes = "\n" + _code(clip("\n".join(change_text(c) for c in s.changes), 1500)) if s.changes else ""
+        head = f"*{i}. [{OWNER[s.owner]}]* "
+        room = MAX_SECTION - len(head) - len(changes) - len(cites)
+        cut |= len(s.text) > room or len(changes) > 1500
+        blocks.append(section(head + clip(s.text, room) + changes + cites))
+    cut |= len(f.steps) > steps_shown
+    return blocks, cut
+
+
+def feedback_blocks(diagnosis_id: int) -> list[dict[str, Any]]:
+    options = [{"text": {"type": "plain_text", "text": s}, "value": f"{diagnosis_id}:{s}"}
+               for s in (*SYMPTOMS, "none")]
+    return [{"type": "actions", "block_id": f"feedback:{diagnosis_id}", "elements": [
+        {"type": "button", "action_id": "triage_vote_up", "text": {"type": "plain_text", "text": ":+1: Helpful"},
+         "value": str(diagnosis_id)},
+        {"type": "button", "action_id": "triage_vote_down", "text": {"type": "plain_text", "text": ":-1: Not helpful"},
+         "value": str(diagnosis_id)},
+        {"type": "static_select", "action_id": "triage_wrong",
+         "placeholder": {"type": "plain_text", "text": "Wrong? Pick the right symptom"}, "options": options},
+    ]}]
+
+
+def vote_blocks(vote: str, user: str, symptom: str | None) -> list[dict[str, Any]]:
+    if symptom:
+        text = f":memo: <@{user}> says the right diagnosis is `{symptom}`. Thanks, it is recorded."
+    else:
+        text = f"{':+1:' if vote == 'up' else ':-1:'} <@{user}> marked this {'helpful' if vote == 'up' else 'not helpful'}."
+    return [context(text)]
+
+
+def diagnosis_blocks(d: Diagnosis, diagnosis_id: int | None = None, runbook_url: str | None = None,
+                     vote: list[dict] | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """Blocks for one diagnosis, and whether anything was left out (then attach the full text)."""
+    name = d.input.name
+    if not d.findings:
+        blocks = [section(f":white_check_mark: *No known failure found* in `{clip(name, 200)}` "
+                          f"({d.input.lines} lines). The log looks healthy for the symptoms Train Triage knows.")]
+        cut = False
+    else:
+        top = d.findings[0]
+        head = f"{EMOJI[top.severity]} Root cause: {top.symptom}"
+        blocks = [{"type": "header", "text": {"type": "plain_text", "text": clip(head, MAX_HEADER), "emoji": True}}]
+        body, cut = _finding_blocks(top, runbook_url, MAX_STEPS_SHOWN)
+        blocks += body
+        if len(d.findings) > 1:
+            others = "\n".join(f"• `{f.symptom}`{' (consequence of ' + f.caused_by + ')' if f.caused_by else ''}: "
+                               f"{clip(f.title, 300)}" for f in d.findings[1:6])
+            blocks.append(section("*Also found*\n" + others))
+            cut = True  # their steps only in the full text
+        if d.input.truncated:
+            blocks.append(context(":scissors: The input was larger than the size cap; only part of it was read."))
+    info = f"`{clip(name, 100)}` · {d.input.lines} lines"
+    if diagnosis_id is not None:
+        info += f" · diagnosis #{diagnosis_id}"
+    versions = " · ".join(f"{k} {v}" for k, v in d.versions.items() if v)
+    if versions:
+        info += f" · {versions}"
+    blocks.append(context(info))
+    if diagnosis_id is not None:
+        blocks += vote if vote is not None else feedback_blocks(diagnosis_id)
+    if len(blocks) > MAX_BLOCKS:
+        blocks = blocks[: MAX_BLOCKS - 1] + [context("…more in the attached file.")]
+        cut = True
+    return blocks, cut
+
+
+def fallback_text(d: Diagnosis) -> str:
+    """The plain-text `text` Slack shows in notifications."""
+    if not d.findings:
+        return f"No known failure found in {d.input.name}"
+    return clip(f"Root cause: {d.findings[0].symptom}: {d.findings[0].title}", 300)
+
+
+def sections_blocks(question: str, sections: list, runbook_url: str | None = None) -> list[dict[str, Any]]:
+    if not sections:
+        return [section(f"I found no runbook section for _{clip(question, 200)}_. Paste a log and I will "
+                        "diagnose it.")]
+    blocks: list[dict[str, Any]] = [section(f"Runbook sections for _{clip(question, 200)}_:")]
+    for s in sections:
+        blocks.append(section(f"*{s.title}* ({cite_text([s.id], runbook_url)})\n{clip(s.text, 1500)}"))
+    return blocks
+
+
+USAGE = ("Usage: `/diagnose <pasted log>` diagnoses it; `/diagnose <question>` finds the runbook sections that "
+         "answer it. Mention @triage in a thread to triage every log and file in it.")
+
+
+def home_view(recent: list[dict[str, Any]], counts: dict[str, int]) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": "Train Triage"}},
+                                    section("*This week by symptom*\n" + ("\n".join(
+                                        f"• `{k}`: {v}" for k, v in counts.items()) or "_nothing yet_")),
+                                    {"type": "divider"}, section("*Last diagnoses*")]
+    for r in recent[:10]:
+        vote = {"up": " :+1:", "down": " :-1:"}.get(r.get("vote") or "", "")
+        where = f" in <#{r['channel']}>" if r.get("channel") else ""
+        blocks.append(section(f"#{r['id']} `{r['top_symptom']}`{vote}{where} · {r['created_at'][:16]}\n"
+                              f"{clip(r.get('top_title') or '', 400)}"))
+    if not recent:
+        blocks.append(context("No diagnoses yet. Try `/diagnose` with a log."))
+    return {"type": "home", "blocks": blocks[:MAX_BLOCKS]}

@@ -1,0 +1,148 @@
+"""Every diagnosis, its findings and the feedback on it, in SQLite through sqlite-utils (WAL, migrations).
+
+One connection per thread (Bolt runs listeners on worker threads). Text is masked for secrets before it is
+written, so the database never holds a token or key even if one slipped past the parsers."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+from sqlite_utils import Migrations
+
+from bot.settings import StoreError
+from core.models import Diagnosis
+from core.redact import mask_secrets
+
+migrations = Migrations("train-triage")
+
+
+@migrations()
+def m001_initial(db: sqlite_utils.Database) -> None:
+    db["diagnoses"].create({
+        "id": int, "created_at": str, "source": str, "team": str, "channel": str, "user": str, "thread_ts": str,
+        "message_ts": str, "input_name": str, "input_sha256": str, "input_bytes": int, "lines": int,
+        "truncated": int, "top_symptom": str, "top_title": str, "findings_count": int, "job_key": str,
+        "diagnosis_json": str, "vote": str, "vote_user": str, "correct_symptom": str,
+    }, pk="id")
+    db["diagnoses"].create_index(["created_at"])
+    db["findings"].create({
+        "diagnosis_id": int, "idx": int, "symptom": str, "rule": str, "severity": str, "title": str,
+        "caused_by": str, "facts_json": str, "first_line": int,
+    }, pk=("diagnosis_id", "idx"), foreign_keys=[("diagnosis_id", "diagnoses", "id")])
+    db["findings"].create_index(["symptom"])
+    db["feedback"].create({"id": int, "diagnosis_id": int, "at": str, "user": str, "vote": str, "symptom": str},
+                          pk="id", foreign_keys=[("diagnosis_id", "diagnoses", "id")])
+    db["events"].create({"event_id": str, "at": str}, pk="event_id")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class Store:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._local = threading.local()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = self.db
+            db.enable_wal()
+            migrations.apply(db)
+        except (sqlite3.DatabaseError, OSError) as e:
+            raise StoreError(f"TRIAGE_DB {self.path}: cannot open the database ({e})") from None
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            conn = sqlite3.connect(str(self.path), timeout=10)
+            conn.execute("pragma busy_timeout = 10000")
+            conn.execute("pragma foreign_keys = on")
+            db = self._local.db = sqlite_utils.Database(conn)
+        return db
+
+    def record(self, d: Diagnosis, data: bytes | None = None, *, source: str = "cli", team: str = "",
+               channel: str = "", user: str = "", thread_ts: str = "", job_key: str = "") -> int:
+        """Commit the diagnosis (and its findings) and return its id. Call before sending any answer."""
+        doc = mask_secrets(json.dumps(d.to_json_dict(), ensure_ascii=False))
+        top = d.findings[0] if d.findings else None
+        row = {
+            "created_at": now(), "source": source, "team": team, "channel": channel, "user": user,
+            "thread_ts": thread_ts, "message_ts": "", "input_name": mask_secrets(d.input.name),
+            "input_sha256": hashlib.sha256(data).hexdigest() if data is not None else "",
+            "input_bytes": d.input.bytes, "lines": d.input.lines, "truncated": int(d.input.truncated),
+            "top_symptom": top.symptom if top else "none", "top_title": mask_secrets(top.title) if top else "",
+            "findings_count": len(d.findings), "job_key": job_key, "diagnosis_json": doc,
+            "vote": None, "vote_user": None, "correct_symptom": None,
+        }
+        db = self.db
+        with db.atomic():
+            did = db["diagnoses"].insert(row).last_pk
+            db["findings"].insert_all({
+                "diagnosis_id": did, "idx": i, "symptom": f.symptom, "rule": f.rule, "severity": f.severity,
+                "title": mask_secrets(f.title), "caused_by": f.caused_by,
+                "facts_json": mask_secrets(json.dumps(f.facts, ensure_ascii=False)), "first_line": f.first_line,
+            } for i, f in enumerate(d.findings))
+        return int(did)
+
+    def set_message(self, diagnosis_id: int, channel: str, ts: str) -> None:
+        with self.db.atomic():
+            self.db["diagnoses"].update(diagnosis_id, {"message_ts": ts, "channel": channel})
+
+    def get(self, diagnosis_id: int) -> dict[str, Any] | None:
+        try:
+            return self.db["diagnoses"].get(diagnosis_id)
+        except sqlite_utils.db.NotFoundError:
+            return None
+
+    def diagnosis(self, diagnosis_id: int) -> Diagnosis | None:
+        row = self.get(diagnosis_id)
+        return Diagnosis.model_validate(json.loads(row["diagnosis_json"])) if row else None
+
+    def vote(self, diagnosis_id: int, user: str, vote: str, symptom: str | None = None) -> None:
+        db = self.db
+        with db.atomic():
+            db["feedback"].insert({"diagnosis_id": diagnosis_id, "at": now(), "user": user, "vote": vote,
+                                   "symptom": symptom})
+            patch = {"vote": vote, "vote_user": user}
+            if symptom:
+                patch["correct_symptom"] = symptom
+            db["diagnoses"].update(diagnosis_id, patch)
+
+    def first_time(self, event_id: str) -> bool:
+        """True the first time an event id is seen (Slack retries deliver the same id again)."""
+        try:
+            with self.db.atomic():
+                self.db.execute("insert into events (event_id, at) values (?, ?)", [event_id, now()])
+            return True
+        except sqlite3.IntegrityError:
+            return False
+
+    def recent(self, limit: int = 10, team: str | None = None) -> list[dict[str, Any]]:
+        where, args = ("team = ?", [team]) if team else (None, None)
+        return list(self.db["diagnoses"].rows_where(where, args, order_by="id desc", limit=limit,
+                                                   select="id, created_at, channel, user, top_symptom, top_title, vote"))
+
+    def counts_since(self, days: int = 7, team: str | None = None) -> dict[str, int]:
+        since = (datetime.now(timezone.utc) - timedelta(days=days)).isoformat(timespec="seconds")
+        sql = "select top_symptom, count(*) n from diagnoses where created_at >= ?"
+        args: list[Any] = [since]
+        if team:
+            sql += " and team = ?"
+            args.append(team)
+        sql += " group by top_symptom order by n desc"
+        return {r["top_symptom"]: r["n"] for r in self.db.query(sql, args)}
+
+    def backup(self, dest: str | Path) -> None:
+        """SQLite's online backup: safe while the bot is writing."""
+        target = sqlite3.connect(str(dest))
+        try:
+            self.db.conn.backup(target)
+        finally:
+            target.close()

@@ -1,0 +1,85 @@
+"""`triage serve` as a user starts it: settings errors, and a real process answering a signed slash command."""
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from conftest import FIXTURES, ROOT, SECRET
+
+
+def _serve(env, port):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "TRIAGE_"))}
+    e.update(env)
+    return subprocess.Popen([sys.executable, "-m", "bot.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+                            cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("env,var", [
+    ({}, "SLACK_BOT_TOKEN"),
+    ({"SLACK_BOT_TOKEN": "not-a-token", "SLACK_SIGNING_SECRET": "s"}, "SLACK_BOT_TOKEN"),
+    ({"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_SIGNING_SECRET"),
+    ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xoxb-wrong"}, "SLACK_APP_TOKEN"),
+    ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "SLACK_API_BASE_URL": "ftp://x"}, "SLACK_API_BASE_URL"),
+    ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "TRIAGE_MAX_BYTES": "lots"}, "TRIAGE_MAX_BYTES"),
+])
+def test_missing_or_malformed_settings_exit_2_naming_the_variable(env, var):
+    p = _serve(env, 1)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 2
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1 and var in lines[0] and "Traceback" not in err.decode()
+
+
+def test_unwritable_database_is_reported_clearly(tmp_path):
+    (tmp_path / "f").write_text("x")
+    p = _serve({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "TRIAGE_DB": str(tmp_path / "f" / "t.db")}, 1)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "TRIAGE_DB" in err.decode() and "Traceback" not in err.decode()
+
+
+def test_serve_process_answers_a_slash_command_end_to_end(tmp_path):
+    from fakeslack import FakeSlack, post_signed, slash_body
+    fake = FakeSlack().start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = _serve({"SLACK_BOT_TOKEN": "xoxb-e2e", "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_BASE_URL": fake.api,
+                "TRIAGE_DB": str(tmp_path / "t.db")}, port)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert p.poll() is None, p.stderr.read().decode()
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        text = (FIXTURES / "gpu_xid" / "xid79.log").read_text()
+        status, _, _ = post_signed(f"http://127.0.0.1:{port}/slack/events", SECRET,
+                                   slash_body(text, fake.response_url()), "application/x-www-form-urlencoded")
+        assert status == 200
+        resp = fake.wait(lambda: fake.responses)[0]
+        assert "Root cause: gpu_xid" in resp["blocks"][0]["text"]["text"]
+        assert fake.called("auth.test")
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+        fake.stop()
+    assert (tmp_path / "t.db").exists()
+    logs = p.stderr.read().decode()
+    assert "xoxb-e2e" not in logs
+
+
+def test_socket_mode_is_chosen_when_app_token_is_set():
+    from bot.settings import Settings
+    s = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1-abc"})
+    assert s.require_slack() == "socket"
+    s = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "x"})
+    assert s.require_slack() == "http"
+    assert "xoxb-1" not in repr(s)

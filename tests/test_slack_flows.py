@@ -1,0 +1,159 @@
+"""The Slack bot end to end: signed requests into the real Bolt app over HTTP, answers into a fake Slack Web API."""
+import gzip
+import json
+import urllib.request
+
+from conftest import FIXTURES
+
+OOM = (FIXTURES / "cuda_oom" / "new_format_fragmented.log").read_text()
+HANG = (FIXTURES / "nccl_timeout" / "lagging_rank.log").read_text()
+
+
+def _texts(blocks):
+    out = []
+    for b in blocks or []:
+        if b.get("text"):
+            out.append(b["text"]["text"])
+        for e in b.get("elements", []):
+            if isinstance(e.get("text"), str):
+                out.append(e["text"])
+    return "\n".join(out)
+
+
+def test_healthz(slack_bot):
+    h = slack_bot()
+    with urllib.request.urlopen(h.url + "/healthz") as r:
+        assert r.status == 200 and json.loads(r.read()) == {"ok": True}
+
+
+def test_slash_command_acks_then_answers_at_response_url(slack_bot):
+    h = slack_bot()
+    status, body, took = h.slash(OOM)
+    assert status == 200 and "Diagnosing" in body.decode()
+    resp = h.fake.wait(lambda: h.fake.responses)[0]
+    assert resp["response_type"] == "in_channel"
+    text = _texts(resp["blocks"])
+    assert "Root cause: cuda_oom" in text
+    assert "--micro-batch-size 4 → 2" in text and "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
+    assert "[ML]" in text and "`oom#micro-batch`" in text
+    assert "line 21:" in text
+    rows = h.store.recent(5)
+    assert rows[0]["top_symptom"] == "cuda_oom" and rows[0]["channel"] == "C1"
+    assert len(resp["blocks"]) <= 50 and all(len(b.get("text", {}).get("text", "")) <= 3000 for b in resp["blocks"])
+
+
+def test_slash_without_text_gives_usage_and_question_gives_runbook_sections(slack_bot):
+    h = slack_bot()
+    status, body, _ = h.slash("")
+    assert status == 200 and "Usage" in body.decode()
+    h.slash("allreduce is slow on p5, how do I reduce the pipeline bubble?")
+    resp = h.fake.wait(lambda: h.fake.responses)[0]
+    text = _texts(resp["blocks"])
+    assert "Runbook sections" in text and "performance#" in text
+
+
+def test_channel_outside_allow_list_is_refused_politely(slack_bot):
+    h = slack_bot(TRIAGE_ALLOWED_CHANNELS="C_OK")
+    status, body, _ = h.slash(OOM, channel="C_OTHER")
+    assert status == 200 and "not enabled in this channel" in body.decode()
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT> help", "ts": "1.1", "channel": "C_OTHER"})
+    msg = h.fake.wait_calls("chat.postMessage")[0]
+    assert "not enabled" in msg["text"]
+    assert h.store.recent() == [] and h.fake.responses == []
+
+
+def test_bad_signature_is_rejected(slack_bot):
+    from fakeslack import post_signed, slash_body
+    h = slack_bot()
+    status, _, _ = post_signed(h.url + "/slack/events", "wrong-secret", slash_body(OOM, h.fake.response_url()),
+                               "application/x-www-form-urlencoded")
+    assert status == 401
+    assert h.store.recent() == []
+
+
+def test_thread_mention_triages_pasted_text_and_gz_file_once_despite_retry(slack_bot):
+    h = slack_bot()
+    url = h.fake.add_file("hang.log.gz", gzip.compress(HANG.encode()))
+    h.fake.threads[("C1", "100.1")] = [
+        {"user": "U1", "ts": "100.1", "text": "job 1234 died:\n```" + OOM + "```"},
+        {"user": "U2", "ts": "100.2", "text": "ranks log attached", "files": [
+            {"id": "F1", "name": "hang.log.gz", "mimetype": "application/gzip", "size": 500,
+             "url_private_download": url}]},
+        {"user": "U3", "ts": "100.3", "text": "any idea?"},
+        {"user": "U1", "ts": "100.4", "text": "<@UBOT> please look", "thread_ts": "100.1"},
+    ]
+    event = {"type": "app_mention", "user": "U1", "text": "<@UBOT> please look", "ts": "100.4",
+             "thread_ts": "100.1", "channel": "C1", "team": "T1"}
+    assert h.event(event, "EvA")[0] == 200
+    assert h.event(event, "EvA", extra={"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"})[0] == 200
+    h.fake.wait(lambda: any(p.get("name") == "white_check_mark" for p in h.fake.called("reactions.add")))
+    posts = [p for p in h.fake.called("chat.postMessage") if p.get("blocks")]
+    syms = sorted(_texts(p["blocks"]).split("Root cause: ")[1].split("\n")[0] for p in posts)
+    assert syms == ["cuda_oom", "nccl_timeout"]
+    assert all(p["thread_ts"] == "100.1" for p in posts)
+    assert [p["name"] for p in h.fake.called("reactions.add")] == ["eyes", "white_check_mark"]
+    assert h.fake.called("reactions.remove")[0]["name"] == "eyes"
+    assert h.fake.file_auth == ["Bearer xoxb-test-token"]
+    assert len(h.fake.called("conversations.replies")) == 1  # the retry was dropped
+    assert len(h.store.recent()) == 2
+
+
+def test_file_outside_slack_is_not_fetched_with_the_token(slack_bot):
+    h = slack_bot()
+    h.fake.threads[("C1", "5.1")] = [{"user": "U1", "ts": "5.1", "text": "<@UBOT>", "files": [
+        {"id": "F9", "name": "x.log", "mimetype": "text/plain", "url_private_download": "https://evil.example/x.log"}]}]
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>", "ts": "5.1", "channel": "C1"}, "EvB")
+    notes = h.fake.wait(lambda: [p for p in h.fake.called("chat.postMessage") if "Notes" in p.get("text", "")])
+    assert "not a Slack file URL" in notes[0]["text"]
+    assert h.fake.file_auth == []
+
+
+def test_message_shortcut_replies_in_thread(slack_bot):
+    h = slack_bot()
+    payload = {"type": "message_action", "callback_id": "diagnose_message", "trigger_id": "1", "team": {"id": "T1"},
+               "user": {"id": "U7"}, "channel": {"id": "C1"}, "response_url": h.fake.response_url(),
+               "message": {"type": "message", "user": "U2", "ts": "200.5", "text": HANG}}
+    assert h.interactive(payload)[0] == 200
+    post = h.fake.wait(lambda: [p for p in h.fake.called("chat.postMessage") if p.get("blocks")])[0]
+    assert post["thread_ts"] == "200.5" and "Root cause: nccl_timeout" in _texts(post["blocks"])
+    assert "rank 3 is behind" in _texts(post["blocks"])
+
+
+def test_feedback_votes_are_stored_and_the_message_updated(slack_bot):
+    h = slack_bot()
+    h.slash(OOM)
+    h.fake.wait(lambda: h.fake.responses)
+    did = h.store.recent(1)[0]["id"]
+    base = {"type": "block_actions", "team": {"id": "T1"}, "user": {"id": "U9"}, "channel": {"id": "C1"},
+            "message": {"ts": "300.1", "text": "x"}, "container": {"type": "message", "message_ts": "300.1"},
+            "trigger_id": "1", "api_app_id": "A1", "response_url": h.fake.response_url(2)}
+    h.interactive({**base, "actions": [{"action_id": "triage_vote_up", "block_id": f"feedback:{did}",
+                                        "value": str(did), "type": "button"}]})
+    upd = h.fake.wait_calls("chat.update")[0]
+    assert upd["ts"] == "300.1" and "marked this helpful" in _texts(upd["blocks"])
+    assert h.store.get(did)["vote"] == "up"
+    h.interactive({**base, "actions": [{"action_id": "triage_wrong", "block_id": f"feedback:{did}", "type":
+                                        "static_select", "selected_option": {"value": f"{did}:gpu_xid"}}]})
+    h.fake.wait_calls("chat.update", 2)
+    row = h.store.get(did)
+    assert row["vote"] == "down" and row["correct_symptom"] == "gpu_xid"
+
+
+def test_app_home_lists_recent_diagnoses_and_weekly_counts(slack_bot):
+    h = slack_bot()
+    h.slash(OOM)
+    h.fake.wait(lambda: h.fake.responses)
+    h.event({"type": "app_home_opened", "user": "U1", "channel": "D1", "tab": "home"}, "EvH")
+    view = h.fake.wait_calls("views.publish")[0]["view"]
+    text = _texts(view["blocks"])
+    assert view["type"] == "home" and "`cuda_oom`: 1" in text and "#1 `cuda_oom`" in text
+
+
+def test_long_answer_attaches_the_full_diagnosis(slack_bot):
+    h = slack_bot()
+    cascade = (FIXTURES / "cuda_oom" / "timeout_cascade.log").read_text()
+    h.fake.threads[("C1", "9.1")] = [{"user": "U1", "ts": "9.1", "text": "<@UBOT>\n" + cascade}]
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>\n" + cascade, "ts": "9.1", "channel": "C1"}, "EvL")
+    done = h.fake.wait_calls("files.completeUploadExternal")[0]
+    assert done.get("thread_ts") == "9.1"
+    assert b"ROOT CAUSE" in next(iter(h.fake.uploads.values()))
