@@ -25,8 +25,7 @@ def create_app(settings: Settings, triage: Triage, client: WebClient | None = No
     if client is None:
         kwargs = {"base_url": settings.slack_api_base_url} if settings.slack_api_base_url else {}
         client = WebClient(token=token, **kwargs)
-    app = App(token=token, signing_secret=secret, client=client, request_verification_enabled=secret is not None,
-              logger=log)
+    app = App(signing_secret=secret, client=client, request_verification_enabled=secret is not None, logger=log)
     bot = SlackBot(settings, triage, token or "")
     bot.register(app)
     return app
