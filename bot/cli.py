@@ -32,24 +32,42 @@ def cmd_diagnose(args, settings: Settings) -> int:
     from bot.engine import diagnose
     from bot.render import diagnosis_text
     books = _books(settings)
-    store = _store(settings) if args.record else None
+    store = _store(settings) if (args.record or args.llm) else None
+    phraser = _phraser(settings, store) if args.llm else None
     status = 0
     for path in args.files:
         try:
             src = open_path(path, settings.max_bytes)
-            d = diagnose(src, books)
+            d = diagnose(src, books, args.lang)
         except UnusableInput as e:
             print(f"triage: {e}", file=sys.stderr)
             status = 2
             continue
-        if store is not None:
-            store.record(d, source="cli", job_key=args.job or "")
+        did = store.record(d, source="cli", job_key=args.job or "") if (store is not None and args.record) else None
+        phrasing = phraser.phrase(d, args.lang, did) if phraser else None
+        if phrasing is not None and phrasing.answer is None and d.findings:
+            print(f"triage: LLM answer not used ({phrasing.reason}); showing the deterministic diagnosis",
+                  file=sys.stderr)
         if args.json:
-            print(json.dumps(d.to_json_dict(), ensure_ascii=False))
+            doc = d.to_json_dict()
+            if phrasing is not None:
+                doc["phrasing"] = {"model": phrasing.model, "lang": phrasing.lang, "outcome": phrasing.reason,
+                                   "answer": phrasing.answer.model_dump() if phrasing.answer else None}
+            print(json.dumps(doc, ensure_ascii=False))
         else:
-            print(diagnosis_text(d))
+            print(diagnosis_text(d, args.lang, phrasing))
         sys.stdout.flush()
     return status
+
+
+def _phraser(settings: Settings, store):
+    cfg = settings.llm_config()
+    if cfg is None:
+        print("triage: --llm given but TRIAGE_LLM is not set; showing the deterministic diagnosis", file=sys.stderr)
+        return None
+    from bot.llm import Phraser
+    from knowledge.runbook import load as load_runbook
+    return Phraser(cfg, load_runbook(), store)
 
 
 def cmd_eval(args, settings: Settings) -> int:
@@ -77,7 +95,13 @@ def cmd_serve(args, settings: Settings) -> int:
     from slack_sdk.errors import SlackApiError, SlackClientError
     _logging()
     mode = settings.require_slack()
-    triage = Triage(_books(settings), load_runbook(), _store(settings), settings.max_bytes)
+    store = _store(settings)
+    cfg = settings.llm_config()
+    phraser = None
+    if cfg is not None:
+        from bot.llm import Phraser
+        phraser = Phraser(cfg, load_runbook(), store)
+    triage = Triage(_books(settings), load_runbook(), store, settings.max_bytes, phraser)
     try:
         app = create_app(settings, triage)
     except (SlackApiError, SlackClientError, OSError) as e:
@@ -118,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("files", nargs="+", metavar="FILE", help="log file, .gz file, or - for stdin")
     d.add_argument("--json", action="store_true", help="one JSON object (triage.diagnosis/v1) per input, per line")
     d.add_argument("--record", action="store_true", help="also store the diagnosis in TRIAGE_DB (for reports)")
+    d.add_argument("--lang", choices=("en", "ko"), default="en", help="language of the answer")
+    d.add_argument("--llm", action="store_true", help="phrase the answer with TRIAGE_LLM (checked by the guard)")
     d.add_argument("--job", help="with --record: a job name to group diagnoses by")
     d.set_defaults(func=cmd_diagnose)
     s = sub.add_parser("serve", help="run the Slack bot (Socket Mode if SLACK_APP_TOKEN is set, else HTTP)")

@@ -36,7 +36,7 @@ def order(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (f.caused_by is not None, CAUSAL_RANK.get(f.symptom, 99), f.first_line))
 
 
-def diagnose(source: Source, books: list[playbooks.Book] | None = None) -> Diagnosis:
+def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: str = "en") -> Diagnosis:
     """Read the whole source once, in chunks. Raises core.ingest.UnusableInput for input that is not a log."""
     books = playbooks.load_from_env() if books is None else books
     parsers = [cls() for cls in PARSERS]
@@ -56,7 +56,7 @@ def diagnose(source: Source, books: list[playbooks.Book] | None = None) -> Diagn
     if ctx.hosts:
         job["hosts"] = sorted(ctx.hosts)[:64]
     for f in findings:
-        f.steps = playbooks.steps_for(f, ctx.versions, job, books)
+        f.steps = playbooks.steps_for(f, ctx.versions, job, books, lang)
     lines = scanner.lines + (1 if last and last != b"\n" else 0)
     info = InputInfo(name=source.name, bytes=source.bytes_read, lines=lines, truncated=source.truncated)
     return Diagnosis(input=info, versions=versions, job=job, findings=findings)

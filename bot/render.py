@@ -1,9 +1,8 @@
 """Deterministic text for people: root cause first, evidence with line numbers, steps with copyable changes."""
 from __future__ import annotations
 
+from bot.i18n import symptom_name, t
 from core.models import Change, Diagnosis, Finding
-
-OWNER = {"ml": "ML", "infra": "Infra"}
 
 
 def change_text(c: Change) -> str:
@@ -42,35 +41,50 @@ def _facts(f: Finding) -> str:
     return ", ".join(parts)
 
 
-def finding_text(f: Finding, index: int, verbose_steps: bool = True) -> list[str]:
-    head = "ROOT CAUSE" if index == 0 else "ALSO"
-    cause = f" (consequence of {f.caused_by})" if f.caused_by else ""
-    out = [f"{head}  [{f.severity}] {f.symptom}{cause}: {f.title}"]
-    if f.evidence:
-        out.append("  evidence:")
-        out += [f"    line {e.line}: {e.text[:240]}" for e in f.evidence]
-    if f.facts:
-        out.append(f"  facts: {_facts(f)}")
-    if f.steps and verbose_steps:
-        out.append("  steps:")
-        for i, s in enumerate(f.steps, 1):
-            out.append(f"    {i}. [{OWNER[s.owner]}] {s.text}")
-            out += [f"         {change_text(c)}" for c in s.changes]
-            out.append(f"         runbook: {', '.join(s.cite)}")
+def _step_lines(i: int, owner: str, text: str, changes: list[Change], cite: list[str], lang: str) -> list[str]:
+    out = [f"    {i}. [{t(lang, owner)}] {text}"]
+    out += [f"         {change_text(c)}" for c in changes]
+    out.append(f"         {t(lang, 'runbook')}: {', '.join(cite)}")
     return out
 
 
-def diagnosis_text(d: Diagnosis) -> str:
+def finding_text(f: Finding, index: int, lang: str = "en", phrased: dict[str, str] | None = None,
+                 show_steps: bool = True) -> list[str]:
+    head = t(lang, "root") if index == 0 else t(lang, "also")
+    cause = f" ({t(lang, 'consequence')} {f.caused_by})" if f.caused_by else ""
+    name = symptom_name(lang, f.symptom)
+    label = f.symptom if name == f.symptom else f"{f.symptom} · {name}"
+    out = [f"{head}  [{f.severity}] {label}{cause}: {f.title}"]
+    if f.evidence:
+        out.append(f"  {t(lang, 'evidence')}:")
+        out += [f"    line {e.line}: {e.text[:240]}" for e in f.evidence]
+    if f.facts:
+        out.append(f"  {t(lang, 'facts')}: {_facts(f)}")
+    if f.steps and show_steps:
+        out.append(f"  {t(lang, 'steps')}:")
+        for i, s in enumerate(f.steps, 1):
+            text = (phrased or {}).get(f"{index + 1}.{s.id}", s.text)
+            out += _step_lines(i, s.owner, text, s.changes, s.cite, lang)
+    return out
+
+
+def diagnosis_text(d: Diagnosis, lang: str = "en", phrasing=None) -> str:
+    """The deterministic answer; with an accepted LLM phrasing, its summary and step prose replace ours while
+    every change and citation still comes from the diagnosis itself."""
     size = d.input.bytes
     human = f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 1024:.1f} KiB" if size >= 1024 else f"{size} B"
-    lines = [f"== {d.input.name} ({d.input.lines} lines, {human}{', TRUNCATED' if d.input.truncated else ''}) =="]
+    trunc = f", {t(lang, 'truncated')}" if d.input.truncated else ""
+    lines = [f"== {d.input.name} ({d.input.lines} {t(lang, 'lines')}, {human}{trunc}) =="]
+    phrased = None
+    if phrasing is not None and phrasing.answer is not None:
+        lines += [phrasing.answer.summary, f"({t(lang, 'phrased').format(model=phrasing.model)})", ""]
+        phrased = {s.id: s.text for s in phrasing.answer.steps}
     if not d.findings:
-        lines.append("No known failure found. The log looks healthy for the symptoms Train Triage knows.")
+        lines.append(t(lang, "healthy"))
     for i, f in enumerate(d.findings):
-        # consequences repeat little: their steps are shown but kept short
-        lines += finding_text(f, i, verbose_steps=(i == 0 or f.caused_by is None))
+        lines += finding_text(f, i, lang, phrased, show_steps=(i == 0 or f.caused_by is None))
         lines.append("")
     versions = " · ".join(f"{k} {v}" for k, v in d.versions.items() if v)
     if versions:
-        lines.append(f"versions: {versions}")
+        lines.append(f"{t(lang, 'versions')}: {versions}")
     return "\n".join(lines).rstrip() + "\n"

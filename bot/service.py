@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from bot.engine import diagnose
 from bot.store import Store
@@ -17,10 +18,11 @@ class Triage:
     runbook: Runbook
     store: Store | None = None
     max_bytes: int = 4 << 30
+    phraser: Any = None  # bot.llm.Phraser when TRIAGE_LLM is set
 
-    def run(self, data: bytes, name: str, **meta: str) -> tuple[Diagnosis, int | None]:
+    def run(self, data: bytes, name: str, lang: str = "en", **meta: str) -> tuple[Diagnosis, int | None]:
         """Raises core.ingest.UnusableInput for input that is not a log. The diagnosis is committed to the store
         (when there is one) before this returns, so an answer that fails to post loses nothing."""
-        d = diagnose(from_bytes(data, name, self.max_bytes), self.books)
+        d = diagnose(from_bytes(data, name, self.max_bytes), self.books, lang)
         did = self.store.record(d, data, **meta) if self.store else None
         return d, did

@@ -11,7 +11,8 @@ ENV = {
     "TRIAGE_ALLOWED_CHANNELS": "allowed_channels", "TRIAGE_RUNBOOK_URL": "runbook_url",
     "TRIAGE_MAX_FILE_BYTES": "max_file_bytes", "SLACK_BOT_TOKEN": "slack_bot_token",
     "SLACK_SIGNING_SECRET": "slack_signing_secret", "SLACK_APP_TOKEN": "slack_app_token",
-    "SLACK_API_BASE_URL": "slack_api_base_url",
+    "SLACK_API_BASE_URL": "slack_api_base_url", "TRIAGE_LLM": "llm", "TRIAGE_LLM_BASE_URL": "llm_base_url",
+    "TRIAGE_LLM_API_KEY": "llm_api_key", "TRIAGE_LLM_TIMEOUT": "llm_timeout",
 }
 FIELD_TO_ENV = {v: k for k, v in ENV.items()}
 
@@ -42,6 +43,18 @@ class Settings(BaseModel):
     slack_signing_secret: SecretStr | None = None
     slack_app_token: SecretStr | None = None
     slack_api_base_url: str | None = None
+    llm: str | None = None
+    llm_base_url: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_timeout: float = Field(default=20.0, gt=0, le=600)
+
+    @field_validator("llm")
+    @classmethod
+    def _llm(cls, v: str | None):
+        if v is not None:
+            from bot.llm import LLMConfig
+            LLMConfig.parse(v, None, None, 1.0)
+        return v
 
     @field_validator("slack_bot_token")
     @classmethod
@@ -57,7 +70,7 @@ class Settings(BaseModel):
             raise ValueError("must be an app-level token starting with xapp-")
         return v
 
-    @field_validator("slack_api_base_url", "runbook_url")
+    @field_validator("slack_api_base_url", "runbook_url", "llm_base_url")
     @classmethod
     def _url(cls, v: str | None):
         if v is not None and not v.startswith(("http://", "https://")):
@@ -85,6 +98,14 @@ class Settings(BaseModel):
         except ValidationError as e:
             err = e.errors()[0]
             raise SettingsError(f"{FIELD_TO_ENV.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}") from None
+
+    def llm_config(self):
+        """The LLM to phrase answers with, or None when TRIAGE_LLM is unset."""
+        if not self.llm:
+            return None
+        from bot.llm import LLMConfig
+        key = self.llm_api_key.get_secret_value() if self.llm_api_key else None
+        return LLMConfig.parse(self.llm, self.llm_base_url, key, self.llm_timeout)
 
     def require_slack(self) -> str:
         """Check what `triage serve` needs; return the mode ('socket' or 'http')."""

@@ -8,6 +8,7 @@ from slack_bolt import App, BoltResponse
 from slack_sdk import WebClient
 
 from bot import slack_blocks as kit
+from bot.i18n import t
 from bot.render import diagnosis_text
 from bot.service import Triage
 from bot.settings import Settings
@@ -37,36 +38,52 @@ class SlackBot:
         self.triage = triage
         self.token = token
         self.hosts = allowed_file_hosts(settings.slack_api_base_url)
+        self._langs: dict[str, str] = {}
+
+    def lang(self, client: WebClient, user: str | None) -> str:
+        """The asker's language from their Slack locale (users.info), remembered per user."""
+        if not user:
+            return "en"
+        if user not in self._langs:
+            try:
+                locale = client.users_info(user=user, include_locale=True)["user"].get("locale", "")
+            except Exception:
+                locale = ""
+            self._langs[user] = "ko" if str(locale).lower().startswith("ko") else "en"
+        return self._langs[user]
 
     # ---- helpers -------------------------------------------------------------------------------------------
     def allowed(self, channel: str | None) -> bool:
         return not self.settings.allowed_channels or (channel or "") in self.settings.allowed_channels
 
-    def _answer(self, d: Diagnosis, did: int | None) -> tuple[list[dict], str, bool]:
-        blocks, cut = kit.diagnosis_blocks(d, did, self.settings.runbook_url)
+    def _answer(self, d: Diagnosis, did: int | None, lang: str = "en") -> tuple[list[dict], str, bool]:
+        phrasing = self.triage.phraser.phrase(d, lang, did) if self.triage.phraser and d.findings else None
+        blocks, cut = kit.diagnosis_blocks(d, did, self.settings.runbook_url, lang=lang, phrasing=phrasing)
         return blocks, kit.fallback_text(d), cut
 
-    def _post_diagnosis(self, client: WebClient, channel: str, thread_ts: str, d: Diagnosis, did: int | None) -> None:
-        blocks, text, cut = self._answer(d, did)
+    def _post_diagnosis(self, client: WebClient, channel: str, thread_ts: str, d: Diagnosis, did: int | None,
+                        lang: str = "en") -> None:
+        blocks, text, cut = self._answer(d, did, lang)
         resp = client.chat_postMessage(channel=channel, thread_ts=thread_ts, blocks=blocks, text=text)
         if did is not None and self.triage.store:
             self.triage.store.set_message(did, channel, resp["ts"])
         if cut:
-            self._attach_full(client, channel, thread_ts, d, did)
+            self._attach_full(client, channel, thread_ts, d, did, lang)
 
     def _attach_full(self, client: WebClient, channel: str, thread_ts: str | None, d: Diagnosis,
-                     did: int | None) -> None:
-        kwargs: dict[str, Any] = {"channel": channel, "content": diagnosis_text(d),
+                     did: int | None, lang: str = "en") -> None:
+        kwargs: dict[str, Any] = {"channel": channel, "content": diagnosis_text(d, lang),
                                   "filename": f"diagnosis-{did or 'full'}.txt", "title": "Full diagnosis"}
         if thread_ts:
             kwargs["thread_ts"] = thread_ts
         client.files_upload_v2(**kwargs)
 
-    def _diagnose_inputs(self, inputs: list[Input], meta: dict[str, str]) -> list[tuple[Input, Diagnosis | None, int | None, str]]:
+    def _diagnose_inputs(self, inputs: list[Input], meta: dict[str, str],
+                         lang: str = "en") -> list[tuple[Input, Diagnosis | None, int | None, str]]:
         out = []
         for inp in inputs:
             try:
-                d, did = self.triage.run(inp.data, inp.name, **meta)
+                d, did = self.triage.run(inp.data, inp.name, lang, **meta)
                 out.append((inp, d, did, ""))
             except UnusableInput as e:
                 out.append((inp, None, None, str(e)))
@@ -107,23 +124,31 @@ class SlackBot:
         meta = {"source": "slash", "team": command.get("team_id", ""), "channel": channel,
                 "user": command.get("user_id", "")}
         body = message_text(text)
+        lang = self.lang(client, command.get("user_id"))
         try:
-            d, did = self.triage.run(body.encode(), "pasted log", **meta) if body else (None, None)
+            d, did = self.triage.run(body.encode(), "pasted log", lang, **meta) if body else (None, None)
         except UnusableInput as e:
             respond(text=f":warning: {e}", response_type="ephemeral")
             return
         if d is not None and not d.findings and not looks_like_log(body):
-            sections = self.triage.runbook.search(body)
-            respond(blocks=kit.sections_blocks(body, sections, self.settings.runbook_url),
-                    text=f"Runbook sections for: {body[:100]}", response_type="in_channel")
+            respond(blocks=self._question_blocks(body, lang), text=f"Runbook sections for: {body[:100]}",
+                    response_type="in_channel")
             return
-        blocks, fallback, cut = self._answer(d, did)
+        blocks, fallback, cut = self._answer(d, did, lang)
         respond(blocks=blocks, text=fallback, response_type="in_channel")
         if cut:
             try:
-                self._attach_full(client, channel, None, d, did)
+                self._attach_full(client, channel, None, d, did, lang)
             except Exception as e:  # the answer is out; the attachment is a bonus
                 log.warning("could not attach the full diagnosis: %s", type(e).__name__)
+
+    def _question_blocks(self, question: str, lang: str) -> list[dict]:
+        sections = self.triage.runbook.search(question)
+        blocks = kit.sections_blocks(question, sections, self.settings.runbook_url)
+        answer = self.triage.phraser.answer_question(question, sections, lang) if self.triage.phraser else None
+        if answer:
+            blocks = [kit.section(answer), kit.context(t(lang, "phrased").format(model=self.triage.phraser.cfg.label))] + blocks
+        return blocks[: kit.MAX_BLOCKS]
 
     def on_mention(self, event: dict, client: WebClient, context) -> None:
         channel, ts = event["channel"], event["ts"]
@@ -145,8 +170,9 @@ class SlackBot:
                 notes += skipped
             meta = {"source": "mention", "team": event.get("team", ""), "channel": channel,
                     "user": event.get("user", ""), "thread_ts": root}
-            results = self._diagnose_inputs(inputs, meta)
-            self._reply_thread(client, channel, root, results, notes, event.get("text", ""))
+            lang = self.lang(client, event.get("user"))
+            results = self._diagnose_inputs(inputs, meta, lang)
+            self._reply_thread(client, channel, root, results, notes, event.get("text", ""), lang)
             client.reactions_remove(channel=channel, timestamp=ts, name="eyes")
             client.reactions_add(channel=channel, timestamp=ts, name="white_check_mark")
         except Exception as e:
@@ -156,7 +182,7 @@ class SlackBot:
                                     text=":warning: Triage failed on this thread; the error is in the bot's log.")
 
     def _reply_thread(self, client: WebClient, channel: str, root: str, results, notes: list[str],
-                      mention_text: str) -> None:
+                      mention_text: str, lang: str) -> None:
         answered = 0
         for inp, d, did, err in results:
             if d is None:
@@ -166,14 +192,13 @@ class SlackBot:
                 continue  # ordinary conversation in the thread
             if inp.note:
                 d.input.truncated = True
-            self._post_diagnosis(client, channel, root, d, did)
+            self._post_diagnosis(client, channel, root, d, did, lang)
             answered += 1
         if not answered:
             question = message_text(mention_text)
-            sections = self.triage.runbook.search(question) if question else []
-            if sections:
+            if question and self.triage.runbook.search(question):
                 client.chat_postMessage(channel=channel, thread_ts=root, text="Runbook sections",
-                                        blocks=kit.sections_blocks(question, sections, self.settings.runbook_url))
+                                        blocks=self._question_blocks(question, lang))
             else:
                 client.chat_postMessage(channel=channel, thread_ts=root, text=(
                     "No known failure found in this thread's logs and files." if results
@@ -196,13 +221,14 @@ class SlackBot:
             inputs = [Input("message (pasted text)", message_text(msg.get("text", "")).encode())]
         meta = {"source": "shortcut", "team": body.get("team", {}).get("id", ""), "channel": channel,
                 "user": body.get("user", {}).get("id", ""), "thread_ts": root or ""}
-        results = self._diagnose_inputs(inputs, meta)
+        lang = self.lang(client, body.get("user", {}).get("id"))
+        results = self._diagnose_inputs(inputs, meta, lang)
         posted = False
         for inp, d, did, err in results:
             if d is None:
                 notes.append(f"`{inp.name}`: {err}")
                 continue
-            self._post_diagnosis(client, channel, root, d, did)
+            self._post_diagnosis(client, channel, root, d, did, lang)
             posted = True
         if not posted:
             client.chat_postMessage(channel=channel, thread_ts=root, text="I found no log in that message.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.i18n import symptom_name, t
 from bot.render import change_text
 from core.models import SYMPTOMS, Diagnosis, Finding
 
@@ -12,7 +13,6 @@ MAX_SECTION = 3000
 MAX_HEADER = 150
 MAX_STEPS_SHOWN = 6
 MAX_EVIDENCE_SHOWN = 4
-OWNER = {"ml": "ML", "infra": "Infra"}
 EMOJI = {"critical": ":rotating_light:", "error": ":x:", "warning": ":warning:"}
 
 
@@ -43,7 +43,8 @@ def cite_text(cites: list[str], runbook_url: str | None) -> str:
     return ", ".join(out)
 
 
-def _finding_blocks(f: Finding, runbook_url: str | None, steps_shown: int) -> tuple[list[dict], bool]:
+def _finding_blocks(f: Finding, runbook_url: str | None, steps_shown: int, lang: str = "en",
+                    phrased: dict[str, str] | None = None) -> tuple[list[dict], bool]:
     cut = False
     blocks: list[dict] = [section(f"*{f.title}*")]
     meta = f"severity *{f.severity}* · confidence {f.confidence:.0%} · rule `{f.rule}`"
@@ -53,14 +54,15 @@ def _finding_blocks(f: Finding, runbook_url: str | None, steps_shown: int) -> tu
     if f.evidence:
         ev = "\n".join(f"line {e.line}: {clip(e.text, 300)}" for e in f.evidence[:MAX_EVIDENCE_SHOWN])
         cut |= len(f.evidence) > MAX_EVIDENCE_SHOWN
-        blocks.append(section("*Evidence*\n" + _code(clip(ev, MAX_SECTION - 20))))
+        blocks.append(section(f"*{t(lang, 'evidence').capitalize()}*\n" + _code(clip(ev, MAX_SECTION - 20))))
     for i, s in enumerate(f.steps[:steps_shown], 1):
-        cites = f"\n_runbook: {cite_text(s.cite, runbook_url)}_"
+        cites = f"\n_{t(lang, 'runbook')}: {cite_text(s.cite, runbook_url)}_"
+        text = (phrased or {}).get(f"1.{s.id}", s.text)
         changes = "\n" + _code(clip("\n".join(change_text(c) for c in s.changes), 1500)) if s.changes else ""
-        head = f"*{i}. [{OWNER[s.owner]}]* "
+        head = f"*{i}. [{t(lang, s.owner)}]* "
         room = MAX_SECTION - len(head) - len(changes) - len(cites)
-        cut |= len(s.text) > room or len(changes) > 1500
-        blocks.append(section(head + clip(s.text, room) + changes + cites))
+        cut |= len(text) > room or len(changes) > 1500
+        blocks.append(section(head + clip(text, room) + changes + cites))
     cut |= len(f.steps) > steps_shown
     return blocks, cut
 
@@ -87,18 +89,25 @@ def vote_blocks(vote: str, user: str, symptom: str | None) -> list[dict[str, Any
 
 
 def diagnosis_blocks(d: Diagnosis, diagnosis_id: int | None = None, runbook_url: str | None = None,
-                     vote: list[dict] | None = None) -> tuple[list[dict[str, Any]], bool]:
-    """Blocks for one diagnosis, and whether anything was left out (then attach the full text)."""
+                     vote: list[dict] | None = None, lang: str = "en", phrasing=None) -> tuple[list[dict[str, Any]], bool]:
+    """Blocks for one diagnosis, and whether anything was left out (then attach the full text). With an accepted
+    LLM phrasing its summary and step prose are shown; changes and citations always come from the diagnosis."""
     name = d.input.name
+    phrased = None
     if not d.findings:
-        blocks = [section(f":white_check_mark: *No known failure found* in `{clip(name, 200)}` "
-                          f"({d.input.lines} lines). The log looks healthy for the symptoms Train Triage knows.")]
+        blocks = [section(f":white_check_mark: `{clip(name, 200)}` ({d.input.lines} {t(lang, 'lines')}): "
+                          + t(lang, "healthy"))]
         cut = False
     else:
         top = d.findings[0]
-        head = f"{EMOJI[top.severity]} Root cause: {top.symptom}"
+        label = symptom_name(lang, top.symptom)
+        head = f"{EMOJI[top.severity]} {t(lang, 'root').capitalize() if lang == 'en' else t(lang, 'root')}: {label}"
         blocks = [{"type": "header", "text": {"type": "plain_text", "text": clip(head, MAX_HEADER), "emoji": True}}]
-        body, cut = _finding_blocks(top, runbook_url, MAX_STEPS_SHOWN)
+        if phrasing is not None and phrasing.answer is not None:
+            blocks.append(section(phrasing.answer.summary))
+            blocks.append(context(t(lang, "phrased").format(model=phrasing.model)))
+            phrased = {s.id: s.text for s in phrasing.answer.steps}
+        body, cut = _finding_blocks(top, runbook_url, MAX_STEPS_SHOWN, lang, phrased)
         blocks += body
         if len(d.findings) > 1:
             others = "\n".join(f"• `{f.symptom}`{' (consequence of ' + f.caused_by + ')' if f.caused_by else ''}: "

@@ -45,6 +45,13 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+@migrations()
+def m002_llm(db: sqlite_utils.Database) -> None:
+    db["llm_cache"].create({"key": str, "created_at": str, "model": str, "lang": str, "answer_json": str}, pk="key")
+    db["llm_log"].create({"id": int, "at": str, "diagnosis_id": int, "model": str, "lang": str, "prompt": str,
+                          "response": str, "outcome": str, "ms": int}, pk="id")
+
+
 class Store:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -138,6 +145,23 @@ class Store:
             args.append(team)
         sql += " group by top_symptom order by n desc"
         return {r["top_symptom"]: r["n"] for r in self.db.query(sql, args)}
+
+    def llm_cached(self, key: str) -> str | None:
+        rows = list(self.db.query("select answer_json from llm_cache where key = ?", [key]))
+        return rows[0]["answer_json"] if rows else None
+
+    def llm_log(self, *, diagnosis_id: int | None, model: str, lang: str, prompt: str, response: str, outcome: str,
+                ms: int, cache_key: str | None, answer: str | None) -> None:
+        """Every prompt and answer is kept (already masked by the caller; secrets masked again here)."""
+        with self.db.atomic():
+            self.db["llm_log"].insert({"at": now(), "diagnosis_id": diagnosis_id, "model": model, "lang": lang,
+                                       "prompt": mask_secrets(prompt), "response": mask_secrets(response),
+                                       "outcome": outcome, "ms": ms})
+            if cache_key and answer:
+                self.db["llm_cache"].upsert({"key": cache_key, "created_at": now(), "model": model, "lang": lang,
+                                             "answer_json": answer}, pk="key")
+            if diagnosis_id is not None:
+                self.db["diagnoses"].update(diagnosis_id, {"llm_outcome": outcome}, alter=True)
 
     def backup(self, dest: str | Path) -> None:
         """SQLite's online backup: safe while the bot is writing."""

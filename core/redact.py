@@ -8,24 +8,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# (name, pattern, group holding the sensitive part or 0 for the whole match)
+# (name, pattern, group holding the sensitive part or 0 for the whole match). ASCII word boundaries, so a
+# value followed by Korean text (ip-10-1-2-3를) is still found.
 SECRETS: tuple[tuple[str, re.Pattern, int], ...] = (
-    ("AWS_KEY", re.compile(r"\b((?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{16})\b"), 1),
-    ("AWS_SECRET", re.compile(r"(?i)(?:aws_secret_access_key|secret_?access_?key|SecretAccessKey)[\"'\s:=]+([A-Za-z0-9/+=]{40})"), 1),
-    ("SLACK_TOKEN", re.compile(r"\b(xox[abposr]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,})"), 1),
-    ("GITHUB_TOKEN", re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"), 1),
-    ("HF_TOKEN", re.compile(r"\b(hf_[A-Za-z0-9]{30,})"), 1),
-    ("OPENAI_KEY", re.compile(r"\b(sk-(?:proj-)?[A-Za-z0-9_-]{20,})"), 1),
-    ("BEARER", re.compile(r"(?i)\bBearer\s+([A-Za-z0-9._~+/=-]{16,})"), 1),
-    ("URL_PASSWORD", re.compile(r"([a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(@)"), 2),
-    ("PASSWORD", re.compile(r"(?i)\b(?:password|passwd|pwd|api[_-]?key|secret|token)\b[\"']?\s*[:=]\s*[\"']?([^\s\"',;]{6,})"), 1),
-    ("ACCOUNT_ID", re.compile(r"(?<!\d)(\d{12})(?!\d)"), 1),  # only on lines with AWS context, see below
+    ("AWS_KEY", re.compile(r"\b((?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{16})\b", re.ASCII), 1),
+    ("AWS_SECRET", re.compile(r"(?i)(?:aws_secret_access_key|secret_?access_?key|SecretAccessKey)[\"'\s:=]+([A-Za-z0-9/+=]{40})", re.ASCII), 1),
+    ("SLACK_TOKEN", re.compile(r"\b(xox[abposr]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,})", re.ASCII), 1),
+    ("GITHUB_TOKEN", re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})", re.ASCII), 1),
+    ("HF_TOKEN", re.compile(r"\b(hf_[A-Za-z0-9]{30,})", re.ASCII), 1),
+    ("OPENAI_KEY", re.compile(r"\b(sk-(?:proj-)?[A-Za-z0-9_-]{20,})", re.ASCII), 1),
+    ("BEARER", re.compile(r"(?i)\bBearer\s+([A-Za-z0-9._~+/=-]{16,})", re.ASCII), 1),
+    ("URL_PASSWORD", re.compile(r"([a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(@)", re.ASCII), 2),
+    ("PASSWORD", re.compile(r"(?i)\b(?:password|passwd|pwd|api[_-]?key|secret|token)\b[\"']?\s*[:=]\s*[\"']?([^\s\"',;]{6,})", re.ASCII), 1),
+    ("ACCOUNT_ID", re.compile(r"(?<!\d)(\d{12})(?!\d)", re.ASCII), 1),  # only on lines with AWS context, see below
 )
 IDENTIFIERS: tuple[tuple[str, re.Pattern, int], ...] = (
-    ("EMAIL", re.compile(r"\b([A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,})\b"), 1),
-    ("EC2_HOST", re.compile(r"\b(ip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?:\.[\w.-]+)?)\b"), 1),
-    ("IPV4", re.compile(r"(?<![\d.])((?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3})(?![\d.])"), 1),
-    ("IPV6", re.compile(r"(?<![\w:.])((?=[0-9a-fA-F:]*::|(?:[0-9a-fA-F]{1,4}:){7})(?:[0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{1,4})(?![\w:])"), 1),
+    ("EMAIL", re.compile(r"\b([A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,})\b", re.ASCII), 1),
+    ("EC2_HOST", re.compile(r"\b(ip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?:\.[\w.-]+)?)\b", re.ASCII), 1),
+    ("IPV4", re.compile(r"(?<![\d.])((?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3})(?![\d.])", re.ASCII), 1),
+    ("IPV6", re.compile(r"(?<![\w:.])((?=[0-9a-fA-F:]*::|(?:[0-9a-fA-F]{1,4}:){7})(?:[0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{1,4})(?![\w:])", re.ASCII), 1),
 )
 # A 12-digit number is only an account id next to AWS words; elsewhere it is a count (NumelIn, bytes).
 _ACCOUNT_CONTEXT = re.compile(r"(?i)arn:aws|account|aws_|\.amazonaws\.com|iam::")
@@ -40,6 +41,13 @@ class Masker:
     identifiers: bool = False
     forward: dict[str, str] = field(default_factory=dict)   # real -> placeholder
     counts: dict[str, int] = field(default_factory=dict)
+    literals: dict[str, str] = field(default_factory=dict)  # known names (hosts from the log) -> kind
+
+    def seed(self, values, kind: str = "HOST") -> None:
+        """Mask these exact strings too (hostnames the parsers found, which no pattern can recognise)."""
+        for v in values:
+            if isinstance(v, str) and len(v) >= 3:
+                self.literals[v] = kind
 
     def _placeholder(self, kind: str, real: str) -> str:
         if real not in self.forward:
@@ -55,6 +63,11 @@ class Masker:
             if kind == "ACCOUNT_ID" and not _ACCOUNT_CONTEXT.search(text):
                 continue
             text = _sub(pat, grp, text, lambda real, kind=kind: self._placeholder(kind, real))
+        if self.identifiers:
+            for lit in sorted(self.literals, key=len, reverse=True):
+                if lit in text:
+                    text = re.sub(r"(?<![A-Za-z0-9_.-])" + re.escape(lit) + r"(?![A-Za-z0-9_-])",
+                                  lambda m, lit=lit: self._placeholder(self.literals[lit], lit), text)
         return text
 
     def unmask(self, text: str) -> str:

@@ -71,7 +71,8 @@ def derived_job(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], books: list[Book]) -> list[Step]:
+def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], books: list[Book],
+              lang: str = "en") -> list[Step]:
     scope = {"facts": finding.facts, "job": derived_job(job), "versions": versions, "rule": finding.rule,
              "symptom": finding.symptom}
     steps: list[Step] = []
@@ -86,7 +87,8 @@ def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], b
                 continue
             seen.add(spec.id)
             changes = [_change(c, scope) for c in spec.changes if _all(c.when, scope)]
-            steps.append(Step(id=spec.id, owner=spec.owner, text=_fill(spec.text, scope), changes=changes,
+            text = spec.text_ko if lang == "ko" and spec.text_ko else spec.text
+            steps.append(Step(id=spec.id, owner=spec.owner, text=_fill(text, scope), changes=changes,
                               cite=list(spec.cite)))
     return steps[:MAX_STEPS]
 
@@ -172,7 +174,7 @@ def _fill(text: str, scope: dict[str, Any]) -> str:
     def sub(m: re.Match) -> str:
         v = lookup(scope, m.group(1))
         if v is None:
-            return "(not in the log)"
+            return "(?)"
         if isinstance(v, list):
             return ", ".join(str(x) for x in v)
         return str(v)

@@ -70,7 +70,11 @@ def slack_bot(tmp_path, books):
         settings = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_SIGNING_SECRET": SECRET,
                                       "SLACK_API_BASE_URL": fake.api, "TRIAGE_DB": str(tmp_path / "t.db"), **env})
         store = Store(settings.db)
-        app = create_app(settings, Triage(books, load_runbook(), store))
+        phraser = None
+        if settings.llm_config() is not None:
+            from bot.llm import Phraser
+            phraser = Phraser(settings.llm_config(), load_runbook(), store)
+        app = create_app(settings, Triage(books, load_runbook(), store, phraser=phraser))
         server = make_server(app, "127.0.0.1", 0)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         started.append((fake, server))

@@ -52,3 +52,13 @@ def test_evidence_from_a_log_full_of_secrets_is_masked(run):
     d = run(log)
     dumped = d.model_dump_json()
     assert "abcdef123456" not in dumped and d.findings[0].facts["free_gib"] == 1.0
+
+
+def test_values_next_to_korean_text_and_seeded_hostnames_are_masked():
+    m = Masker(identifiers=True)
+    m.seed(["p5-st-2"])
+    text = "ip-10-1-2-3를 drain, 10.0.0.1에서 p5-st-2를 점검, AKIAIOSFODNN7EXAMPLE가 노출"
+    masked = m.mask(text)
+    for real in ("ip-10-1-2-3", "10.0.0.1", "p5-st-2", "AKIAIOSFODNN7EXAMPLE"):
+        assert real not in masked
+    assert "<HOST_1>를" in masked and m.unmask(masked) == text

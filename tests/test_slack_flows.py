@@ -157,3 +157,21 @@ def test_long_answer_attaches_the_full_diagnosis(slack_bot):
     done = h.fake.wait_calls("files.completeUploadExternal")[0]
     assert done.get("thread_ts") == "9.1"
     assert b"ROOT CAUSE" in next(iter(h.fake.uploads.values()))
+
+
+def test_korean_locale_gets_a_korean_phrased_answer_with_real_values(slack_bot):
+    from fakellm import FakeLLM
+    llm = FakeLLM("echo")
+    try:
+        h = slack_bot(TRIAGE_LLM="openai:gpt-test", TRIAGE_LLM_BASE_URL=llm.url)
+        h.fake.users["U1"] = {"id": "U1", "locale": "ko-KR"}
+        h.slash(HANG)
+        resp = h.fake.wait(lambda: h.fake.responses)[0]
+        text = _texts(resp["blocks"])
+        assert "근본 원인: NCCL collective 타임아웃(행)" in text
+        assert "근본 원인은 nccl_timeout" in text and "조치: " in text      # the LLM's phrasing
+        assert "export TORCH_NCCL_TRACE_BUFFER_SIZE=2000" in text          # changes stay deterministic
+        assert "p5-st-2" in text and "p5-st-2" not in llm.raw[0].decode()   # masked for the LLM, restored here
+        assert h.fake.called("users.info")[0]["include_locale"] in ("true", "1", True)
+    finally:
+        llm.stop()

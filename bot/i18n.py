@@ -1,0 +1,35 @@
+"""Words of the deterministic renderer in each supported language (step texts come from the playbooks)."""
+from __future__ import annotations
+
+LANGS = ("en", "ko")
+
+TEXT = {
+    "en": {"root": "ROOT CAUSE", "also": "ALSO", "evidence": "evidence", "facts": "facts", "steps": "steps",
+           "runbook": "runbook", "consequence": "consequence of", "healthy":
+           "No known failure found. The log looks healthy for the symptoms Train Triage knows.",
+           "versions": "versions", "lines": "lines", "truncated": "TRUNCATED", "ml": "ML", "infra": "Infra",
+           "phrased": "phrased by {model}, checked against the diagnosis"},
+    "ko": {"root": "근본 원인", "also": "함께 발견", "evidence": "증거", "facts": "추출한 사실", "steps": "조치",
+           "runbook": "런북", "consequence": "다음의 결과:", "healthy":
+           "알려진 장애를 찾지 못했습니다. Train Triage가 아는 증상 기준으로는 정상 로그입니다.",
+           "versions": "버전", "lines": "줄", "truncated": "일부만 읽음", "ml": "ML", "infra": "인프라",
+           "phrased": "{model}이(가) 다듬은 문장이며, 진단 내용과 대조해 검증했습니다"},
+}
+
+SYMPTOM_NAMES = {
+    "en": {},
+    "ko": {"cuda_oom": "GPU 메모리 부족(CUDA OOM)", "nccl_timeout": "NCCL collective 타임아웃(행)",
+           "nccl_error": "NCCL 오류", "efa_mr_registration": "EFA 메모리 등록 실패",
+           "tcp_fallback": "EFA/IB 대신 TCP 소켓으로 통신", "efa_provider_missing": "libfabric에 EFA provider 없음",
+           "fork_enomem": "fork() 메모리 할당 실패", "loss_spike": "loss 스파이크", "loss_nan": "loss/그래디언트 NaN",
+           "gpu_xid": "GPU 하드웨어/드라이버 오류(Xid)", "nvlink_inactive": "NVLink 링크 다운",
+           "version_mismatch": "버전 불일치", "moe_imbalance": "MoE expert 부하 불균형"},
+}
+
+
+def t(lang: str, key: str) -> str:
+    return TEXT.get(lang, TEXT["en"]).get(key, TEXT["en"][key])
+
+
+def symptom_name(lang: str, symptom: str) -> str:
+    return SYMPTOM_NAMES.get(lang, {}).get(symptom, symptom)
