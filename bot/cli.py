@@ -107,11 +107,53 @@ def cmd_serve(args, settings: Settings) -> int:
     except (SlackApiError, SlackClientError, OSError) as e:
         print(f"triage: cannot reach Slack with SLACK_BOT_TOKEN ({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
         return 2
+    if settings.report_channel:
+        _schedule_reports(settings, triage, app)
     if mode == "socket":
         serve_socket(app, settings.slack_app_token.get_secret_value())
     else:
         serve_http(app, args.host, args.port)
     return 0
+
+
+def cmd_report(args, settings: Settings) -> int:
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from bot import report
+    from bot.report.data import parse_date, parse_since
+    try:
+        until = parse_date(args.until) if args.until else datetime.now(timezone.utc)
+        since = parse_since(args.since, until)
+    except ValueError as e:
+        print(f"triage: {e}", file=sys.stderr)
+        return 2
+    rep = report.make(_store(settings), since, until, Path(args.out))
+    print(f"wrote {rep.markdown_path} and {len(rep.charts)} chart(s): {rep.data.total} diagnoses")
+    if args.post:
+        from slack_sdk import WebClient
+        settings.require_slack()
+        kwargs = {"base_url": settings.slack_api_base_url} if settings.slack_api_base_url else {}
+        report.post(WebClient(token=settings.slack_bot_token.get_secret_value(), **kwargs), args.post, rep)
+        print(f"posted to {args.post}")
+    return 0
+
+
+def _schedule_reports(settings: Settings, triage, app) -> None:
+    import tempfile
+    from datetime import datetime, timedelta, timezone
+    from pathlib import Path
+
+    from bot import report
+    from bot.report.schedule import Cron, Scheduler
+
+    def job():
+        now = datetime.now(timezone.utc)
+        rep = report.make(triage.store, now - timedelta(days=7), now, Path(tempfile.mkdtemp(prefix="triage-report-")))
+        report.post(app.client, settings.report_channel, rep)
+
+    Scheduler(Cron(settings.report_cron, settings.tz), job, datetime.now(timezone.utc)).start(
+        lambda: datetime.now(timezone.utc))
 
 
 def cmd_db_backup(args, settings: Settings) -> int:
@@ -150,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=3000)
     s.add_argument("--host", default="0.0.0.0")
     s.set_defaults(func=cmd_serve)
+    r = sub.add_parser("report", help="weekly tuning report from the stored diagnoses (report.md + PNG charts)")
+    r.add_argument("--since", default="7d", help="7d, 24h, 2w or a date (default 7d)")
+    r.add_argument("--until", help="end of the period, a date (default now)")
+    r.add_argument("--out", default="triage-report", help="output directory (default ./triage-report)")
+    r.add_argument("--post", metavar="CHANNEL", help="also post it to this Slack channel")
+    r.set_defaults(func=cmd_report)
     db = sub.add_parser("db", help="database maintenance")
     dbsub = db.add_subparsers(dest="db_command", required=True)
     b = dbsub.add_parser("backup", help="online backup of TRIAGE_DB to PATH")

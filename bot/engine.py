@@ -48,6 +48,9 @@ def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: st
     scanner.close()
     ctx = Context()
     findings = order(collect(parsers, ctx))
+    for p in parsers:
+        if hasattr(p, "claim"):
+            p.claim(findings, ctx)
     versions = {k: ctx.versions.get(k) for k in ("nccl", "cuda", "torch", "aws_ofi_nccl", "libfabric",
                                                   "efa_installer", "driver")}
     job = dict(ctx.job)
@@ -59,4 +62,5 @@ def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: st
         f.steps = playbooks.steps_for(f, ctx.versions, job, books, lang)
     lines = scanner.lines + (1 if last and last != b"\n" else 0)
     info = InputInfo(name=source.name, bytes=source.bytes_read, lines=lines, truncated=source.truncated)
-    return Diagnosis(input=info, versions=versions, job=job, findings=findings)
+    return Diagnosis(input=info, versions=versions, job=job, findings=findings, benchmarks=ctx.benchmarks,
+                     unclaimed=ctx.unclaimed)

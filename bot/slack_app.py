@@ -124,6 +124,9 @@ class SlackBot:
         meta = {"source": "slash", "team": command.get("team_id", ""), "channel": channel,
                 "user": command.get("user_id", "")}
         body = message_text(text)
+        if body.lower() == "report":
+            self._post_report(client, channel, respond)
+            return
         lang = self.lang(client, command.get("user_id"))
         try:
             d, did = self.triage.run(body.encode(), "pasted log", lang, **meta) if body else (None, None)
@@ -141,6 +144,20 @@ class SlackBot:
                 self._attach_full(client, channel, None, d, did, lang)
             except Exception as e:  # the answer is out; the attachment is a bonus
                 log.warning("could not attach the full diagnosis: %s", type(e).__name__)
+
+    def _post_report(self, client: WebClient, channel: str, respond) -> None:
+        import tempfile
+        from datetime import datetime, timedelta, timezone
+        from pathlib import Path
+
+        from bot import report
+        if self.triage.store is None:
+            respond(text="No store is configured, so there is nothing to report.", response_type="ephemeral")
+            return
+        now = datetime.now(timezone.utc)
+        rep = report.make(self.triage.store, now - timedelta(days=7), now,
+                          Path(tempfile.mkdtemp(prefix="triage-report-")))
+        report.post(client, channel, rep)
 
     def _question_blocks(self, question: str, lang: str) -> list[dict]:
         sections = self.triage.runbook.search(question)

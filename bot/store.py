@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import threading
 from datetime import datetime, timedelta, timezone
@@ -52,6 +53,34 @@ def m002_llm(db: sqlite_utils.Database) -> None:
                           "response": str, "outcome": str, "ms": int}, pk="id")
 
 
+@migrations()
+def m003_report(db: sqlite_utils.Database) -> None:
+    db["nodes"].create({"diagnosis_id": int, "host": str, "role": str, "symptom": str},
+                       foreign_keys=[("diagnosis_id", "diagnoses", "id")])
+    db["nodes"].create_index(["host"])
+    db["unclaimed"].create({"diagnosis_id": int, "template": str, "count": int, "example": str},
+                           foreign_keys=[("diagnosis_id", "diagnoses", "id")])
+    db["benchmarks"].create({"diagnosis_id": int, "op": str, "instance": str, "nodes": int, "ranks": int,
+                             "max_size_bytes": int, "max_size_busbw": float, "rows_json": str},
+                            foreign_keys=[("diagnosis_id", "diagnoses", "id")])
+
+
+# finding fact -> the role a host played in it
+HOST_FACTS = {"lagging_hosts": "lagging", "hosts": "involved", "socket_hosts": "tcp_fallback"}
+
+
+def job_key_for(d: Diagnosis, given: str = "") -> str:
+    """Which job a log belongs to: the name given, a Slurm job id in the log or file name, else the file name."""
+    if given:
+        return given
+    env = d.job.get("env", {}) if isinstance(d.job.get("env"), dict) else {}
+    for key in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        if env.get(key):
+            return f"{key.lower()}:{env[key]}"
+    m = re.search(r"slurm-(\d+)", d.input.name) or re.search(r"job[-_]?(\d{3,})", d.input.name)
+    return f"slurm:{m.group(1)}" if m else d.input.name
+
+
 class Store:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -75,17 +104,17 @@ class Store:
         return db
 
     def record(self, d: Diagnosis, data: bytes | None = None, *, source: str = "cli", team: str = "",
-               channel: str = "", user: str = "", thread_ts: str = "", job_key: str = "") -> int:
+               channel: str = "", user: str = "", thread_ts: str = "", job_key: str = "", at: str | None = None) -> int:
         """Commit the diagnosis (and its findings) and return its id. Call before sending any answer."""
         doc = mask_secrets(json.dumps(d.to_json_dict(), ensure_ascii=False))
         top = d.findings[0] if d.findings else None
         row = {
-            "created_at": now(), "source": source, "team": team, "channel": channel, "user": user,
+            "created_at": at or now(), "source": source, "team": team, "channel": channel, "user": user,
             "thread_ts": thread_ts, "message_ts": "", "input_name": mask_secrets(d.input.name),
             "input_sha256": hashlib.sha256(data).hexdigest() if data is not None else "",
             "input_bytes": d.input.bytes, "lines": d.input.lines, "truncated": int(d.input.truncated),
             "top_symptom": top.symptom if top else "none", "top_title": mask_secrets(top.title) if top else "",
-            "findings_count": len(d.findings), "job_key": job_key, "diagnosis_json": doc,
+            "findings_count": len(d.findings), "job_key": mask_secrets(job_key_for(d, job_key)), "diagnosis_json": doc,
             "vote": None, "vote_user": None, "correct_symptom": None,
         }
         db = self.db
@@ -96,7 +125,26 @@ class Store:
                 "title": mask_secrets(f.title), "caused_by": f.caused_by,
                 "facts_json": mask_secrets(json.dumps(f.facts, ensure_ascii=False)), "first_line": f.first_line,
             } for i, f in enumerate(d.findings))
+            db["nodes"].insert_all(self._nodes(did, d))
+            db["unclaimed"].insert_all({"diagnosis_id": did, "template": mask_secrets(u["template"]),
+                                        "count": u["count"], "example": mask_secrets(u["example"])} for u in d.unclaimed)
+            db["benchmarks"].insert_all({
+                "diagnosis_id": did, "op": b["op"], "instance": b.get("instance"), "nodes": b.get("nodes"),
+                "ranks": b.get("ranks"), "max_size_bytes": b["max_size_bytes"], "max_size_busbw": b["max_size_busbw"],
+                "rows_json": json.dumps([{k: r[k] for k in ("size_bytes", "busbw", "algbw")} for r in b["rows"]]),
+            } for b in d.benchmarks)
         return int(did)
+
+    @staticmethod
+    def _nodes(did: int, d: Diagnosis):
+        seen = set()
+        for f in d.findings:
+            for fact, role in HOST_FACTS.items():
+                hosts = f.facts.get(fact)
+                for h in hosts if isinstance(hosts, list) else []:
+                    if (h, f.symptom, role) not in seen:
+                        seen.add((h, f.symptom, role))
+                        yield {"diagnosis_id": did, "host": h, "role": role, "symptom": f.symptom}
 
     def set_message(self, diagnosis_id: int, channel: str, ts: str) -> None:
         with self.db.atomic():

@@ -71,6 +71,8 @@ class Diagnosis(_Model):
     versions: dict[str, str | None] = {}
     job: dict[str, Any] = {}
     findings: list[Finding] = []
+    benchmarks: list[dict[str, Any]] = []   # parsed nccl-tests tables
+    unclaimed: list[dict[str, Any]] = []    # error-looking line templates no parser explained
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -1,5 +1,6 @@
 """Parsers, one module per symptom family, listed explicitly. ContextParser gathers versions and job settings."""
-from parsers import context, efa_mr, fork, loss, moe, nccl_error, nvlink, oom, timeout, transport, versions, xid
+from parsers import (context, efa_mr, fork, loss, moe, nccl_error, nccl_tests, nvlink, oom, timeout, transport,
+                     unclaimed, versions, xid)
 
 PARSERS = (
     context.ContextParser,
@@ -14,4 +15,6 @@ PARSERS = (
     nvlink.PARSER,
     versions.PARSER,
     moe.PARSER,
+    nccl_tests.PARSER,
+    unclaimed.PARSER,
 )

@@ -34,6 +34,8 @@ class Context:
     hosts: set[str] = field(default_factory=set)
     rank_hosts: dict[int, str] = field(default_factory=dict)  # global rank -> host, from NCCL "comm ... rank N" lines
     world_size: int | None = None
+    benchmarks: list[dict[str, Any]] = field(default_factory=list)   # nccl-tests tables, for the weekly report
+    unclaimed: list[dict[str, Any]] = field(default_factory=list)    # error templates no parser explained
 
 
 class Parser:

@@ -47,7 +47,7 @@ _COMM_RANK = rx(r"\bcomm 0x[0-9a-f]+ rank (\d+) nranks (\d+)")
 _NRANKS = rx(r"\bnranks (\d+)\b|\bworld[_ ]size[=: ]+(\d+)|\bWORLD_SIZE=(\d+)")
 _INSTANCE = rx(r"\b(p4de?|p5en|p5e|p5|p6-b200|p6-b300|p6e-gb200|g5|g6e?)\.\d*x?large\b|Running on (\w+)[\w.-]* platform")
 
-_FLAG_TO_KEY = {
+FLAG_TO_KEY = {
     "micro-batch-size": "micro_batch_size", "global-batch-size": "global_batch_size",
     "tensor-model-parallel-size": "tensor_model_parallel_size", "pipeline-model-parallel-size": "pipeline_model_parallel_size",
     "virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size", "num-layers": "num_layers",
@@ -130,7 +130,7 @@ class ContextParser(Parser):
                     self._set(m.group(1), m.group(2))
         if "--" in t and "---" not in t:
             for m in findall(_FLAG, t):
-                key = _FLAG_TO_KEY.get(m.group(1))
+                key = FLAG_TO_KEY.get(m.group(1))
                 if key:
                     kind = _JOB_KEYS[key]
                     self._set(key, m.group(2) if kind is not bool else "true")

@@ -15,8 +15,10 @@ def _changes(d):
 @pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_fixture(path, run):
     d = run(path.read_bytes(), path.name)
-    if path.parent.name == "healthy":
+    if path.parent.name in ("healthy", "report"):
         assert d.findings == [], [f.title for f in d.findings]
+        if path.parent.name == "report" and "perf" in path.name or "all_reduce" in path.name:
+            assert d.benchmarks and d.benchmarks[0]["op"] == "all_reduce" and d.benchmarks[0]["nodes"] == 2
         return
     exp = json.loads(path.with_suffix(".expected.json").read_text())
     assert [f.symptom for f in d.findings] == exp["symptoms"]

@@ -1,0 +1,263 @@
+"""Everything the weekly report says, computed from the store. Each figure keeps the diagnosis ids behind it."""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from bot.store import Store
+from parsers.context import FLAG_TO_KEY
+
+SEVERITY_WEIGHT = {"critical": 3, "error": 2, "warning": 1}
+CONFIG_TO_KEY = {"zero_optimization.stage": "zero_stage", "train_micro_batch_size_per_gpu": "micro_batch_size",
+                 "gradient_clipping": "clip_grad"}
+# What the instance's fabric should carry, GB/s: one GPU's NVLink share inside a node (unidirectional) and the
+# node's EFA total across nodes. From the runbook's instance facts.
+EXPECTED_BUSBW = {"p4d": (300.0, 50.0), "p4de": (300.0, 50.0), "p5": (450.0, 400.0), "p5e": (450.0, 400.0),
+                  "p5en": (450.0, 400.0), "p6-b200": (900.0, 400.0), "p6-b300": (900.0, 800.0)}
+BUSBW_OK = 0.7
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    m = re.fullmatch(r"(\d+)\s*([hdw])", text.strip())
+    if m:
+        n, unit = int(m.group(1)), m.group(2)
+        return now - {"h": timedelta(hours=n), "d": timedelta(days=n), "w": timedelta(weeks=n)}[unit]
+    return parse_date(text)
+
+
+def parse_date(text: str) -> datetime:
+    try:
+        dt = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"'{text}' is neither a duration like 7d/24h/2w nor a date like 2026-11-23") from None
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def _iso(dt: datetime) -> str:
+    return dt.astimezone(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class ReportData:
+    since: datetime
+    until: datetime
+    total: int = 0
+    previous_total: int = 0
+    by_day: dict[str, Counter] = field(default_factory=dict)
+    by_symptom: Counter = field(default_factory=Counter)
+    previous_by_symptom: Counter = field(default_factory=Counter)
+    root_causes: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    versions: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    version_warnings: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    loss: list[dict[str, Any]] = field(default_factory=list)
+    moe: list[dict[str, Any]] = field(default_factory=list)
+    benchmarks: list[dict[str, Any]] = field(default_factory=list)
+    unclaimed: list[dict[str, Any]] = field(default_factory=list)
+    votes: Counter = field(default_factory=Counter)
+    wrong: list[dict[str, Any]] = field(default_factory=list)
+    tune_next: list[dict[str, Any]] = field(default_factory=list)
+
+
+def build(store: Store, since: datetime, until: datetime) -> ReportData:
+    r = ReportData(since, until)
+    span = until - since
+    rows = list(store.db.query("select * from diagnoses where created_at >= ? and created_at <= ? order by id",
+                               [_iso(since), _iso(until)]))
+    prev = list(store.db.query("select top_symptom from diagnoses where created_at >= ? and created_at < ?",
+                               [_iso(since - span), _iso(since)]))
+    r.total, r.previous_total = len(rows), len(prev)
+    r.previous_by_symptom = Counter(p["top_symptom"] for p in prev if p["top_symptom"] != "none")
+    docs = {row["id"]: json.loads(row["diagnosis_json"]) for row in rows}
+    for row in rows:
+        if row["top_symptom"] == "none":
+            continue
+        day = row["created_at"][:10]
+        r.by_day.setdefault(day, Counter())[row["top_symptom"]] += 1
+        r.by_symptom[row["top_symptom"]] += 1
+    ids = [row["id"] for row in rows]
+    _root_causes(r, store, ids)
+    _nodes(r, store, ids)
+    _versions(r, rows, docs)
+    _changes(r, rows, docs, store)
+    _training(r, rows, docs)
+    _benchmarks(r, store, ids)
+    _unclaimed(r, store, ids)
+    _feedback(r, rows)
+    _tune_next(r)
+    return r
+
+
+def _in(ids: list[int]) -> str:
+    return ",".join(str(int(i)) for i in ids) or "-1"
+
+
+def _root_causes(r: ReportData, store: Store, ids: list[int]) -> None:
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for f in store.db.query(f"select diagnosis_id, symptom, rule, severity from findings where idx = 0 and "
+                            f"diagnosis_id in ({_in(ids)})"):
+        g = groups.setdefault((f["symptom"], f["rule"]), {"symptom": f["symptom"], "rule": f["rule"], "count": 0,
+                                                          "score": 0, "ids": []})
+        g["count"] += 1
+        g["score"] += SEVERITY_WEIGHT.get(f["severity"], 1)
+        g["ids"].append(f["diagnosis_id"])
+    r.root_causes = sorted(groups.values(), key=lambda g: (-g["score"], -g["count"], g["rule"]))
+
+
+def _nodes(r: ReportData, store: Store, ids: list[int]) -> None:
+    hosts: dict[str, dict[str, Any]] = {}
+    for n in store.db.query(f"select * from nodes where diagnosis_id in ({_in(ids)})"):
+        h = hosts.setdefault(n["host"], {"host": n["host"], "ids": set(), "symptoms": Counter(), "roles": set()})
+        h["ids"].add(n["diagnosis_id"])
+        h["symptoms"][n["symptom"]] += 1
+        h["roles"].add(n["role"])
+    out = []
+    for h in hosts.values():
+        suspicious = {"lagging", "tcp_fallback"} & h["roles"] or {"gpu_xid", "nvlink_inactive"} & set(h["symptoms"])
+        if len(h["ids"]) >= 2 or suspicious:
+            out.append({**h, "ids": sorted(h["ids"]), "incidents": len(h["ids"]), "roles": sorted(h["roles"])})
+    r.nodes = sorted(out, key=lambda h: (-h["incidents"], h["host"]))
+
+
+def _vkey(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:4])
+
+
+def _versions(r: ReportData, rows: list[dict], docs: dict[int, dict]) -> None:
+    seen: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        doc = docs[row["id"]]
+        for comp, val in (doc.get("versions") or {}).items():
+            if val:
+                seen[comp][val].append(row["id"])
+        v = doc.get("versions") or {}
+        ids = [row["id"]]
+        if v.get("efa_installer") and v.get("nccl") and _vkey(v["efa_installer"]) < (1, 29, 1) \
+                and _vkey(v["nccl"]) >= (2, 19):
+            r.version_warnings.append({"ids": ids, "text": f"efa-installer {v['efa_installer']} with NCCL {v['nccl']}: "
+                                       "the pairing behind register_rail_mr_buffer RC -22 (upgrade efa-installer)"})
+        if v.get("libfabric") and _vkey(v["libfabric"]) < (1, 17):
+            r.version_warnings.append({"ids": ids, "text": f"libfabric {v['libfabric']} is older than 1.17"})
+        if v.get("aws_ofi_nccl") and _vkey(v["aws_ofi_nccl"]) <= (1, 5, 0):
+            r.version_warnings.append({"ids": ids, "text": f"aws-ofi-nccl {v['aws_ofi_nccl']} needs FI_PROVIDER=efa "
+                                       "and NCCL_PROTO=simple; upgrade it"})
+    r.versions = {k: dict(v) for k, v in sorted(seen.items())}
+
+
+def _changes(r: ReportData, rows: list[dict], docs: dict[int, dict], store: Store) -> None:
+    recs: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for row in rows:
+        for fi, f in enumerate(docs[row["id"]].get("findings", [])):
+            for si, s in enumerate(f.get("steps", [])):
+                for c in s.get("changes", []):
+                    if c["kind"] == "command" or c.get("to") is None:
+                        continue
+                    key = (c["kind"], c["name"], str(c["to"]))
+                    rec = recs.setdefault(key, {"kind": c["kind"], "name": c["name"], "to": c["to"], "count": 0,
+                                                "first_step": 0, "ids": [], "jobs": {}})
+                    rec["count"] += 1
+                    rec["first_step"] += fi == 0 and si == 0  # the top recommendation for the root cause
+                    rec["ids"].append(row["id"])
+                    rec["jobs"].setdefault(row["job_key"], row["created_at"])
+    for rec in recs.values():
+        applied = []
+        for job, first_at in rec["jobs"].items():
+            later = store.db.query("select id, diagnosis_json from diagnoses where job_key = ? and created_at > ?",
+                                   [job, first_at])
+            if any(_applied(rec, json.loads(x["diagnosis_json"]).get("job") or {}) for x in later):
+                applied.append(job)
+        rec["jobs_recommended"] = len(rec["jobs"])
+        rec["jobs_applied"] = len(applied)
+        del rec["jobs"]
+    r.changes = sorted(recs.values(), key=lambda c: (-c["count"], c["name"]))
+
+
+def _applied(rec: dict[str, Any], job: dict[str, Any]) -> bool:
+    want = str(rec["to"]).lower()
+    if rec["kind"] == "env":
+        return str((job.get("env") or {}).get(rec["name"], "")).lower() == want
+    key = FLAG_TO_KEY.get(rec["name"].lstrip("-")) if rec["kind"] == "flag" else CONFIG_TO_KEY.get(rec["name"])
+    return key is not None and key in job and str(job[key]).lower() == want
+
+
+def _training(r: ReportData, rows: list[dict], docs: dict[int, dict]) -> None:
+    per_job: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        for f in docs[row["id"]].get("findings", []):
+            if f["symptom"] in ("loss_spike", "loss_nan"):
+                j = per_job.setdefault(row["job_key"], {"job": row["job_key"], "loss_spike": 0, "loss_nan": 0,
+                                                        "ids": []})
+                j[f["symptom"]] += 1
+                j["ids"].append(row["id"])
+            elif f["symptom"] == "moe_imbalance":
+                r.moe.append({"id": row["id"], "at": row["created_at"], "job": row["job_key"],
+                              "max_deviation": f["facts"].get("max_deviation"), "drop_rate": f["facts"].get("drop_rate")})
+    r.loss = sorted(per_job.values(), key=lambda j: (-(j["loss_spike"] + j["loss_nan"]), j["job"]))
+
+
+def _benchmarks(r: ReportData, store: Store, ids: list[int]) -> None:
+    for b in store.db.query(f"select * from benchmarks where diagnosis_id in ({_in(ids)}) order by diagnosis_id"):
+        exp = EXPECTED_BUSBW.get(b["instance"] or "")
+        expected = None
+        if exp:
+            expected = exp[1] if (b["nodes"] or 1) > 1 else exp[0]
+        r.benchmarks.append({**b, "rows": json.loads(b["rows_json"]), "expected_busbw": expected,
+                             "ratio": round(b["max_size_busbw"] / expected, 2) if expected else None})
+
+
+def _unclaimed(r: ReportData, store: Store, ids: list[int]) -> None:
+    r.unclaimed = list(store.db.query(
+        f"select template, sum(count) as lines, count(distinct diagnosis_id) as diagnoses, min(example) as example, "
+        f"group_concat(distinct diagnosis_id) as ids from unclaimed where diagnosis_id in ({_in(ids)}) "
+        f"group by template order by diagnoses desc, lines desc limit 15"))
+
+
+def _feedback(r: ReportData, rows: list[dict]) -> None:
+    for row in rows:
+        if row["vote"]:
+            r.votes[row["vote"]] += 1
+        if row["correct_symptom"]:
+            r.wrong.append({"id": row["id"], "said": row["top_symptom"], "right": row["correct_symptom"]})
+
+
+def _tune_next(r: ReportData) -> None:
+    """Concrete next actions, most urgent kind first, each with the count and diagnoses behind it."""
+    out = r.tune_next
+
+    def add(priority: int, text: str, evidence: int, ids) -> None:
+        out.append({"priority": priority, "text": text, "evidence": evidence, "ids": sorted(set(ids))})
+
+    for n in r.nodes:
+        if n["incidents"] >= 2 or "lagging" in n["roles"] or {"gpu_xid", "nvlink_inactive"} & set(n["symptoms"]):
+            add(0, f"Drain and health-check {n['host']}: in {n['incidents']} incident(s) "
+                   f"({', '.join(sorted(n['symptoms']))})", n["incidents"], n["ids"])
+    for w in r.version_warnings:
+        add(1, w["text"], len(w["ids"]), w["ids"])
+    for b in r.benchmarks:
+        if b["ratio"] is not None and b["ratio"] < BUSBW_OK:
+            add(1, f"{b['op']} on {b['nodes']}x {b['instance']} reaches {b['max_size_busbw']:.0f} GB/s bus bandwidth, "
+                   f"{b['ratio']:.0%} of the ~{b['expected_busbw']:.0f} GB/s expected: check EFA/TCP fallback",
+                1, [b["diagnosis_id"]])
+    for rc in r.root_causes[:3]:
+        if rc["count"] >= 2:
+            add(2, f"Recurring root cause {rc['symptom']} ({rc['rule']}): {rc['count']} incidents, score "
+                   f"{rc['score']}", rc["count"], rc["ids"])
+    for c in r.changes:
+        if c["first_step"] >= 2 and c["jobs_applied"] < c["jobs_recommended"]:
+            add(3, f"Apply {c['name']} = {c['to']}: the first fix for {c['first_step']} root cause(s), applied in "
+                   f"{c['jobs_applied']} of {c['jobs_recommended']} job(s)", c["first_step"], c["ids"])
+    for comp in ("nccl", "aws_ofi_nccl", "libfabric", "torch", "driver"):
+        vals = r.versions.get(comp, {})
+        if len(vals) > 1:
+            ids = [i for v in vals.values() for i in v]
+            add(4, f"Pin {comp}: {len(vals)} versions seen ({', '.join(sorted(vals, key=_vkey))})", len(set(ids)), ids)
+    for u in r.unclaimed[:3]:
+        if u["diagnoses"] >= 2:
+            add(5, f"Write a playbook for the unrecognised error '{u['template'][:80]}'", u["diagnoses"],
+                [int(x) for x in str(u["ids"]).split(",")])
+    out.sort(key=lambda x: (x["priority"], -x["evidence"]))

@@ -1,0 +1,107 @@
+"""report.md: one section per topic, only when there is data, every figure with the diagnosis ids behind it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.report.data import ReportData
+
+
+def _ids(ids, limit: int = 8) -> str:
+    ids = sorted(set(int(i) for i in ids))
+    shown = ", ".join(f"#{i}" for i in ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def _delta(now: int, before: int) -> str:
+    if before == 0:
+        return "new" if now else "–"
+    pct = (now - before) / before
+    return f"{pct:+.0%}"
+
+
+def render(r: ReportData, charts: list[Path]) -> str:
+    names = {p.name for p in charts}
+    span = f"{r.since:%Y-%m-%d %H:%M} – {r.until:%Y-%m-%d %H:%M} UTC"
+    out = [f"# Train Triage weekly tuning report", "", f"Period: {span}. Diagnoses: {r.total} "
+           f"(previous period: {r.previous_total}, {_delta(r.total, r.previous_total)}).", ""]
+    if r.tune_next:
+        out += ["## Tune this next", ""]
+        out += [f"{i}. {t['text']} — evidence: {t['evidence']} ({_ids(t['ids'])})" for i, t in enumerate(r.tune_next[:10], 1)]
+        out.append("")
+    if r.by_symptom:
+        out += ["## Incidents by symptom", "", "| symptom | this period | previous | change |", "|---|---:|---:|---:|"]
+        for s in sorted(set(r.by_symptom) | set(r.previous_by_symptom), key=lambda s: -r.by_symptom.get(s, 0)):
+            out.append(f"| {s} | {r.by_symptom.get(s, 0)} | {r.previous_by_symptom.get(s, 0)} | "
+                       f"{_delta(r.by_symptom.get(s, 0), r.previous_by_symptom.get(s, 0))} |")
+        if "incidents_by_day.png" in names:
+            out += ["", "![Incidents by day](incidents_by_day.png)"]
+        out.append("")
+    if r.root_causes:
+        out += ["## Recurring root causes (severity × frequency)", "", "| rule | incidents | score | diagnoses |",
+                "|---|---:|---:|---|"]
+        out += [f"| {g['rule']} | {g['count']} | {g['score']} | {_ids(g['ids'])} |" for g in r.root_causes[:10]]
+        if "root_causes.png" in names:
+            out += ["", "![Root causes](root_causes.png)"]
+        out.append("")
+    if r.nodes:
+        out += ["## Nodes that keep showing up (drain candidates)", "", "| host | incidents | symptoms | roles | diagnoses |",
+                "|---|---:|---|---|---|"]
+        out += [f"| {n['host']} | {n['incidents']} | {', '.join(f'{k} ×{v}' for k, v in n['symptoms'].items())} | "
+                f"{', '.join(n['roles'])} | {_ids(n['ids'])} |" for n in r.nodes[:15]]
+        out.append("")
+    if r.versions:
+        out += ["## Versions seen", ""]
+        for comp, vals in r.versions.items():
+            drift = " **drift**" if len(vals) > 1 and comp in ("nccl", "aws_ofi_nccl", "libfabric", "torch", "driver") else ""
+            out.append(f"- {comp}{drift}: " + "; ".join(f"{v} ({_ids(ids, 4)})" for v, ids in sorted(vals.items())))
+        out += [f"- ⚠ {w['text']} ({_ids(w['ids'])})" for w in r.version_warnings]
+        out.append("")
+    if r.changes:
+        out += ["## Changes recommended most often", "", "| change | times | jobs | applied later in | diagnoses |",
+                "|---|---:|---:|---:|---|"]
+        out += [f"| `{c['name']}` → `{c['to']}` ({c['kind']}) | {c['count']} | {c['jobs_recommended']} | "
+                f"{c['jobs_applied']} | {_ids(c['ids'], 4)} |" for c in r.changes[:12]]
+        out.append("")
+    if r.loss or r.moe:
+        out += ["## Training stability", ""]
+        if r.loss:
+            out += ["| job | loss spikes | NaN/overflow | diagnoses |", "|---|---:|---:|---|"]
+            out += [f"| {j['job']} | {j['loss_spike']} | {j['loss_nan']} | {_ids(j['ids'])} |" for j in r.loss[:10]]
+        if r.moe:
+            out += ["", "MoE imbalance over time:", ""]
+            out += [f"- {m['at'][:16]} {m['job']}: max expert deviation {m['max_deviation']}, drop rate "
+                    f"{m['drop_rate']} (#{m['id']})" for m in r.moe[:10]]
+        out.append("")
+    if r.benchmarks:
+        out += ["## nccl-tests bus bandwidth", "", "| diagnosis | test | nodes × instance | busbw at largest size | "
+                "expected | ratio |", "|---|---|---|---:|---:|---:|"]
+        for b in r.benchmarks:
+            exp = f"{b['expected_busbw']:.0f} GB/s" if b["expected_busbw"] else "–"
+            ratio = f"{b['ratio']:.0%}" if b["ratio"] is not None else "–"
+            out.append(f"| #{b['diagnosis_id']} | {b['op']} | {b['nodes'] or '?'} × {b['instance'] or '?'} | "
+                       f"{b['max_size_busbw']:.1f} GB/s ({b['max_size_bytes'] >> 20} MiB) | {exp} | {ratio} |")
+        if "nccl_tests.png" in names:
+            out += ["", "![nccl-tests](nccl_tests.png)"]
+        out.append("")
+    if r.unclaimed:
+        out += ["## Unrecognised errors (candidates for new playbooks)", "", "| template | lines | diagnoses | example |",
+                "|---|---:|---:|---|"]
+        out += [f"| `{u['template'][:120]}` | {u['lines']} | {u['diagnoses']} | {str(u['example'])[:100]} |"
+                for u in r.unclaimed]
+        out.append("")
+    if r.votes or r.wrong:
+        out += ["## Helpfulness", "", f"👍 {r.votes.get('up', 0)} · 👎 {r.votes.get('down', 0)}", ""]
+        out += [f"- #{w['id']}: said `{w['said']}`, users say `{w['right']}`" for w in r.wrong]
+        out.append("")
+    if not r.total:
+        out += ["No diagnoses were recorded in this period.", ""]
+    return "\n".join(out)
+
+
+def summary(r: ReportData) -> str:
+    """The short Slack message that goes with the files."""
+    top = ", ".join(f"{s} {n}" for s, n in r.by_symptom.most_common(3)) or "none"
+    lines = [f":bar_chart: *Weekly tuning report* — {r.total} diagnoses ({_delta(r.total, r.previous_total)} vs the "
+             f"previous period). Top: {top}."]
+    lines += [f"• {t['text']} ({t['evidence']})" for t in r.tune_next[:3]]
+    return "\n".join(lines)

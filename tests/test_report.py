@@ -1,0 +1,185 @@
+"""The weekly report from a store seeded with several weeks of diagnoses made by the real engine."""
+import struct
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from bot import report
+from bot.report.schedule import Cron, Scheduler
+from bot.store import Store
+from conftest import FIXTURES, ROOT
+
+NOW = datetime(2026, 11, 30, 0, 0, tzinfo=timezone.utc)
+F = FIXTURES
+
+
+def _png_size(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture
+def seeded(tmp_path, run):
+    store = Store(tmp_path / "r.db")
+
+    def add(path, days_ago, job="", text=None):
+        data = text.encode() if text is not None else (F / path).read_bytes()
+        d = run(data, path.split("/")[-1])
+        at = (NOW - timedelta(days=days_ago)).isoformat(timespec="seconds")
+        return store.record(d, data, source="cli", job_key=job, at=at)
+
+    ids = {}
+    # this week
+    for i in range(3):
+        ids.setdefault("oom", []).append(add("cuda_oom/new_format_fragmented.log", 1 + i, "job-a"))
+    for i in range(2):
+        ids.setdefault("hang", []).append(add("nccl_timeout/lagging_rank.log", 2 + i, "job-h"))
+    for i in range(2):
+        add("gpu_xid/xid79.log", 3 + i, f"job-x{i}")
+    add("tcp_fallback/env_dump.log", 2, "job-t")
+    add("efa_mr_registration/rail_rc22.log", 4, "job-e")
+    add("report/all_reduce_p5_socket.log", 5, "bench-1")
+    add("report/all_reduce_p5_healthy.log", 5, "bench-2")
+    add("loss_spike/megatron_spike.log", 2, "job-b")
+    add("loss_nan/megatron_nan.log", 1, "job-b")
+    add("moe_imbalance/expert_counts.log", 3, "job-m")
+    add("version_mismatch/ranks_disagree.log", 6, "job-v")
+    unknown = "RuntimeError: Checkpoint shard 17 failed to load from /fsx/ckpt/step_1200/shard_17.pt\n"
+    add("misc/ckpt1.log", 2, "job-k", unknown)
+    add("misc/ckpt2.log", 1, "job-k", unknown.replace("17", "23"))
+    fork = (F / "fork_enomem/dataloader.log").read_text()
+    ids["fork"] = add("fork_enomem/dataloader.log", 4, "job-c")
+    add("job-c-rerun.log", 3, "job-c", "+ export FI_EFA_USE_HUGE_PAGE=0\n" + fork)
+    add("healthy/socket_bootstrap_efa.log", 2, "job-ok")
+    # the weeks before
+    add("cuda_oom/megatron_args_oom.log", 9, "job-old")
+    add("nccl_error/ib_retry_exceeded.log", 10, "job-old")
+    add("nccl_error/shm_full.log", 12, "job-old")
+    add("gpu_xid/xid13_app.log", 20, "job-older")
+    store.vote(ids["oom"][0], "U1", "up")
+    store.vote(ids["hang"][0], "U2", "up")
+    store.vote(ids["fork"], "U3", "down", "nccl_error")
+    return store, ids
+
+
+def test_report_numbers_sections_and_charts(seeded, tmp_path):
+    store, ids = seeded
+    rep = report.make(store, NOW - timedelta(days=7), NOW, tmp_path / "out")
+    r = rep.data
+    assert r.total == 20 and r.previous_total == 3
+    assert r.by_symptom["cuda_oom"] == 3 and r.by_symptom["nccl_timeout"] == 2 and r.by_symptom["gpu_xid"] == 2
+    assert r.previous_by_symptom["nccl_error"] == 2
+    top = r.root_causes[0]
+    assert (top["rule"], top["count"], top["score"]) == ("cuda_oom.allocator", 3, 9)
+    nodes = {n["host"]: n for n in r.nodes}
+    assert nodes["p5-st-2"]["incidents"] == 2 and "lagging" in nodes["p5-st-2"]["roles"]
+    assert nodes["ip-10-4-12-88"]["symptoms"]["gpu_xid"] == 2
+    assert len(r.versions["nccl"]) >= 3
+    assert any("efa-installer 1.28.0" in w["text"] for w in r.version_warnings)
+    huge = next(c for c in r.changes if c["name"] == "FI_EFA_USE_HUGE_PAGE")
+    assert (huge["count"], huge["jobs_recommended"], huge["jobs_applied"]) == (2, 1, 1)
+    mbs = next(c for c in r.changes if c["name"] == "--micro-batch-size")
+    assert mbs["count"] == 3 and mbs["jobs_applied"] == 0
+    bench = {b["max_size_busbw"]: b for b in r.benchmarks}
+    assert bench[31.2]["ratio"] < 0.7 and bench[362.5]["ratio"] > 0.7 and bench[31.2]["expected_busbw"] == 400.0
+    ck = next(u for u in r.unclaimed if "Checkpoint shard" in u["template"])
+    assert ck["diagnoses"] == 2 and ck["lines"] == 2
+    assert r.votes == {"up": 2, "down": 1} and r.wrong == [{"id": ids["fork"], "said": "fork_enomem", "right": "nccl_error"}]
+    assert {j["job"]: (j["loss_spike"], j["loss_nan"]) for j in r.loss}["job-b"] == (1, 1)
+    assert r.moe and r.moe[0]["drop_rate"] == 0.184
+    texts = " | ".join(t["text"] for t in r.tune_next)
+    assert "Drain and health-check p5-st-2" in texts and "Pin nccl" in texts and "reaches 31 GB/s" in texts
+    assert "Apply PYTORCH_CUDA_ALLOC_CONF = expandable_segments:True: the first fix for 3 root cause(s), applied in 0 " \
+           "of 1 job(s)" in texts
+    assert "zero_optimization.stage = 3" not in texts  # a last-resort rung is not a tuning recommendation
+    assert r.tune_next[0]["text"].startswith("Drain and health-check")
+    assert "unrecognised error" in texts
+    md = rep.markdown_path.read_text()
+    for heading in ("## Tune this next", "## Incidents by symptom", "## Recurring root causes", "## Nodes that keep",
+                    "## Versions seen", "## Changes recommended", "## Training stability", "## nccl-tests bus",
+                    "## Unrecognised errors", "## Helpfulness"):
+        assert heading in md
+    assert f"#{ids['oom'][0]}" in md and "| cuda_oom | 3 | 1 | +200% |" in md
+    assert sorted(p.name for p in rep.charts) == ["incidents_by_day.png", "nccl_tests.png", "root_causes.png"]
+    for p in rep.charts:
+        assert _png_size(p) == (1000, 500)
+
+
+def test_empty_period_has_no_data_sections(seeded, tmp_path):
+    store, _ = seeded
+    rep = report.make(store, NOW - timedelta(days=400), NOW - timedelta(days=300), tmp_path / "empty")
+    md = rep.markdown_path.read_text()
+    assert "No diagnoses were recorded" in md and "## Incidents" not in md and rep.charts == []
+
+
+def test_post_through_fake_slack_and_schedule_fires_once(seeded, tmp_path):
+    from slack_sdk import WebClient
+
+    from fakeslack import FakeSlack
+    store, _ = seeded
+    fake = FakeSlack().start()
+    try:
+        client = WebClient(token="xoxb-r", base_url=fake.api)
+        posted = []
+
+        def job():
+            rep = report.make(store, NOW - timedelta(days=7), NOW, tmp_path / "sched")
+            report.post(client, "C_REPORT", rep)
+            posted.append(rep)
+
+        cron = Cron("0 9 * * 1", "Asia/Seoul")
+        seoul_monday_0859 = datetime(2026, 11, 30, 8, 59, tzinfo=cron.tz)
+        sched = Scheduler(cron, job, seoul_monday_0859)
+        assert sched.due == datetime(2026, 11, 30, 9, 0, tzinfo=cron.tz)
+        assert not sched.tick(seoul_monday_0859 + timedelta(seconds=30))
+        assert sched.tick(seoul_monday_0859 + timedelta(minutes=1))
+        assert not sched.tick(seoul_monday_0859 + timedelta(minutes=1, seconds=30))
+        assert len(posted) == 1 and sched.due == datetime(2026, 12, 7, 9, 0, tzinfo=cron.tz)
+        msg = fake.called("chat.postMessage")[0]
+        assert msg["channel"] == "C_REPORT" and "Weekly tuning report" in msg["text"]
+        assert len(fake.called("files.getUploadURLExternal")) == 4
+        assert len(fake.called("upload")) == 4
+        done = fake.called("files.completeUploadExternal")
+        assert len(done) == 1 and done[0]["channel_id"] == "C_REPORT"
+        assert any(v.startswith(b"\x89PNG") for v in fake.uploads.values())
+        assert any(v.startswith(b"# Train Triage weekly") for v in fake.uploads.values())
+    finally:
+        fake.stop()
+
+
+def test_cron_parsing():
+    c = Cron("*/15 9-17 * * 1-5", "UTC")
+    assert c.next_after(datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)) == datetime(2026, 11, 30, 9, 0, tzinfo=c.tz)
+    for bad in ("0 9 * *", "61 9 * * 1", "0 9 * * 1 extra"):
+        with pytest.raises(ValueError):
+            Cron(bad)
+
+
+def test_cli_record_then_report(tmp_path):
+    import os
+    env = {**os.environ, "TRIAGE_DB": str(tmp_path / "t.db")}
+    logs = [str(p) for p in sorted((ROOT / "examples").iterdir())]
+    r = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--record", *logs], capture_output=True, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr.decode()
+    r = subprocess.run([sys.executable, "-m", "bot.cli", "report", "--out", str(tmp_path / "rep")], capture_output=True,
+                       cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr.decode()
+    assert f"{len(logs)} diagnoses" in r.stdout.decode()
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Incidents by symptom" in md and (tmp_path / "rep" / "incidents_by_day.png").exists()
+    r = subprocess.run([sys.executable, "-m", "bot.cli", "report", "--since", "yesterday-ish"], capture_output=True,
+                       cwd=ROOT, env=env)
+    assert r.returncode == 2 and "7d" in r.stderr.decode()
+
+
+def test_slash_report_posts_files_to_the_channel(slack_bot):
+    from conftest import FIXTURES as FX
+    h = slack_bot()
+    h.slash((FX / "gpu_xid" / "xid79.log").read_text())
+    h.fake.wait(lambda: h.fake.responses)
+    h.slash("report", channel="C1")
+    done = h.fake.wait_calls("files.completeUploadExternal")
+    assert done[0]["channel_id"] == "C1"
