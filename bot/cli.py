@@ -36,13 +36,16 @@ def cmd_diagnose(args, settings: Settings) -> int:
     phraser = _phraser(settings, store) if args.llm else None
     status = 0
     for path in args.files:
+        progress = _progress(path)
         try:
             src = open_path(path, settings.max_bytes)
-            d = diagnose(src, books, args.lang)
+            d = diagnose(src, books, args.lang, progress=progress)
         except UnusableInput as e:
             print(f"triage: {e}", file=sys.stderr)
             status = 2
             continue
+        if progress is not None:
+            sys.stderr.write("\n")
         did = store.record(d, source="cli", job_key=args.job or "") if (store is not None and args.record) else None
         phrasing = phraser.phrase(d, args.lang, did) if phraser else None
         if phrasing is not None and phrasing.answer is None and d.findings:
@@ -58,6 +61,32 @@ def cmd_diagnose(args, settings: Settings) -> int:
             print(diagnosis_text(d, args.lang, phrasing))
         sys.stdout.flush()
     return status
+
+
+PROGRESS_FROM = 50 << 20
+
+
+def _progress(path: str):
+    """A progress line on stderr for big inputs, only when stderr is a terminal (never in CI or pipes)."""
+    import os
+    import time
+    if path == "-" or not sys.stderr.isatty():
+        return None
+    try:
+        total = os.path.getsize(path)
+    except OSError:
+        return None
+    if total < PROGRESS_FROM:
+        return None
+    t0 = time.monotonic()
+
+    def show(done: int, found: int) -> None:
+        rate = done / max(time.monotonic() - t0, 1e-6) / 2**20
+        pct = f"{min(done / total, 1):.0%}" if not path.endswith(".gz") else f"{done >> 20} MiB"
+        sys.stderr.write(f"\r  {path.rsplit('/', 1)[-1]}: {pct} read, {rate:.0f} MiB/s, {found} symptom family(ies) "
+                         "so far")
+        sys.stderr.flush()
+    return show
 
 
 def _phraser(settings: Settings, store):

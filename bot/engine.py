@@ -1,6 +1,8 @@
 """The pure core every interface calls: bytes in, a Diagnosis out (ingest → parsers → root cause → playbooks)."""
 from __future__ import annotations
 
+from typing import Callable
+
 from core.ingest import Source
 from core.models import Diagnosis, Finding, InputInfo
 from parsers import PARSERS
@@ -36,8 +38,10 @@ def order(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (f.caused_by is not None, CAUSAL_RANK.get(f.symptom, 99), f.first_line))
 
 
-def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: str = "en") -> Diagnosis:
-    """Read the whole source once, in chunks. Raises core.ingest.UnusableInput for input that is not a log."""
+def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: str = "en",
+             progress: Callable[[int, int], None] | None = None) -> Diagnosis:
+    """Read the whole source once, in chunks. Raises core.ingest.UnusableInput for input that is not a log.
+    `progress(bytes_read, symptoms_seen_so_far)` is called after every chunk when given."""
     books = playbooks.load_from_env() if books is None else books
     parsers = [cls() for cls in PARSERS]
     scanner = Scanner(parsers)
@@ -45,6 +49,8 @@ def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: st
     for chunk in source.chunks():
         scanner.feed(chunk)
         last = chunk[-1:]
+        if progress is not None:
+            progress(source.bytes_read, sum(1 for p in parsers if getattr(getattr(p, "ev", None), "total", 0)))
     scanner.close()
     ctx = Context()
     findings = order(collect(parsers, ctx))

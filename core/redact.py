@@ -30,9 +30,11 @@ IDENTIFIERS: tuple[tuple[str, re.Pattern, int], ...] = (
 )
 # A 12-digit number is only an account id next to AWS words; elsewhere it is a count (NumelIn, bytes).
 _ACCOUNT_CONTEXT = re.compile(r"(?i)arn:aws|account|aws_|\.amazonaws\.com|iam::")
-# One cheap search decides whether a line needs the rules at all.
-_HINT = re.compile(r"AKIA|ASIA|AIDA|AROA|xox|xapp-|gh[pousr]_|github_pat_|hf_|sk-|[Bb]earer|://|\d{12}"
-                   r"|(?i:secret|passw|pwd|api[_-]?key|token)")
+# Cheap substring checks (on the lower-cased line) decide whether a line needs the rules at all.
+_HINTS = ("akia", "asia", "aida", "aroa", "xox", "xapp-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_",
+          "sk-", "bearer", "://", "secret", "passw", "pwd", "api_key", "api-key", "apikey", "token", "arn:aws", "account",
+          "amazonaws", "iam::")
+_HINT_RE = re.compile("|".join(re.escape(h) for h in _HINTS))
 
 
 @dataclass
@@ -87,7 +89,9 @@ def _sub(pat: re.Pattern, grp: int, text: str, repl) -> str:
 
 def mask_secrets(text: str) -> str:
     """Irreversible masking of secrets for text that is kept or shown (evidence, store, logs)."""
-    if not text or not _HINT.search(text):
+    if not text:
+        return text
+    if not _HINT_RE.search(text.lower()):
         return text
     out = text
     for kind, pat, grp in SECRETS:

@@ -12,13 +12,26 @@ MAX_EVIDENCE = 5
 RX_TIMEOUT = 0.5  # seconds: a safety net on top of linear patterns
 
 
-@dataclass(slots=True)
 class Hit:
-    """A candidate line (1-based number, cleaned text) with a little context around it."""
-    no: int
-    text: str
-    before: tuple[str, ...] = ()
-    after: list[str] = field(default_factory=list)
+    """A candidate line (1-based number, cleaned text) with a little context around it. The context lines are
+    kept raw and cleaned only when a parser reads them."""
+    __slots__ = ("no", "text", "_before", "_after", "_clean")
+
+    def __init__(self, no: int, text: str, before=(), after=None, clean=None):
+        self.no, self.text = no, text
+        self._before, self._after, self._clean = before, after if after is not None else [], clean
+
+    @property
+    def before(self) -> tuple[str, ...]:
+        if self._clean and self._before and isinstance(self._before[0], bytes):
+            self._before = tuple(self._clean(b) for b in self._before)
+        return tuple(self._before)
+
+    @property
+    def after(self) -> list[str]:
+        if self._clean and any(isinstance(a, bytes) for a in self._after):
+            self._after = [self._clean(a) if isinstance(a, bytes) else a for a in self._after]
+        return self._after
 
     def joined(self, n: int = 1) -> str:
         """The line with the next n lines glued on: undoes terminal hard-wrapping mid-token."""

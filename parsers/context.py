@@ -43,6 +43,8 @@ _FLAG = rx(r"(?<!\S)--([a-z][a-z0-9-]+)(?:[ =]([^\s-][^\s]*|-?\d[^\s]*))?")
 _PARAMS = rx(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)"
              r"|(?:Number of trainable parameters|Total params|total parameters)\s*[=:]\s*([\d,]+)")
 _ENV = rx(r"\b((?:NCCL|FI|RDMAV|TORCH_NCCL|PYTORCH_CUDA)_[A-Z0-9_]+)(?:=| set by environment to )([^\s,;'\"]+)")
+_COMM_LINE = rx(r"^(?:\S+:\s+)*(?:\[\d+,\d+\]<std\w+>:)?(?:([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO )?.*?"
+                r"\bcomm 0x[0-9a-f]+ rank (\d+) nranks (\d+)\b")
 _COMM_RANK = rx(r"\bcomm 0x[0-9a-f]+ rank (\d+) nranks (\d+)")
 _NRANKS = rx(r"\bnranks (\d+)\b|\bworld[_ ]size[=: ]+(\d+)|\bWORLD_SIZE=(\d+)")
 _INSTANCE = rx(r"\b(p4de?|p5en|p5e|p5|p6-b200|p6-b300|p6e-gb200|g5|g6e?)\.\d*x?large\b|Running on (\w+)[\w.-]* platform")
@@ -96,6 +98,16 @@ class ContextParser(Parser):
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
+        if "comm 0x" in t and " nranks " in t:  # the most frequent line in NCCL INFO logs: rank, size, host only
+            m = search(_COMM_LINE, t)
+            if m:
+                self.world = max(self.world or 0, int(m.group(3)))
+                host = m.group(1)
+                if host:
+                    self.hosts.add(host)
+                    if len(self.rank_hosts) < 4096:
+                        self.rank_hosts.setdefault(int(m.group(2)), host)
+                return
         if "NCCL" in t or "OFI" in t or "comm 0x" in t:
             h = host_of(t)
             if h:

@@ -2,6 +2,7 @@
 attach the context the claiming parsers asked for, and feed them to those parsers in line order."""
 from __future__ import annotations
 
+import os
 import re
 from collections import deque
 from typing import Iterable, Iterator, Sequence
@@ -49,24 +50,91 @@ def _trie_regex(words: list[bytes]) -> bytes:
     return build(trie)
 
 
+class _ReBackend:
+    """Pure-Python candidate search: one trie-factored regex over the chunk, one findall per candidate line."""
+    name = "re"
+
+    def __init__(self, literals: list[bytes]):
+        self.pattern = re.compile(_trie_regex(literals))
+
+    def lines(self, buf: bytes):
+        """(line start, line end, first match offset, literals found) for every candidate line, in order."""
+        search, findall, n, pos = self.pattern.search, self.pattern.findall, len(buf), 0
+        while True:
+            m = search(buf, pos)
+            if not m:
+                return
+            ls = buf.rfind(b"\n", 0, m.start()) + 1
+            le = buf.find(b"\n", m.end())
+            le = n if le < 0 else le
+            yield ls, le, m.start(), findall(buf, ls, le)
+            pos = le + 1
+            if pos >= n:
+                return
+
+
+class _HyperscanBackend:
+    """Hyperscan's multi-literal matcher (grep-class speed); matches are grouped into lines afterwards."""
+    name = "hyperscan"
+
+    def __init__(self, literals: list[bytes]):
+        import hyperscan
+        self.literals = literals
+        self.db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        self.db.compile(expressions=literals, ids=list(range(len(literals))), elements=len(literals),
+                        flags=[0] * len(literals), literal=True)
+        self.scratch = hyperscan.Scratch(self.db)
+
+    def lines(self, buf: bytes):
+        hits: list[tuple[int, int]] = []
+        self.db.scan(buf, match_event_handler=lambda i, f, to, fl, c: hits.append((to, i)), scratch=self.scratch)
+        hits.sort()
+        n, lits, le = len(buf), self.literals, -1
+        found: list[bytes] = []
+        ls = first = 0
+        for to, i in hits:
+            if to > le:
+                if found:
+                    yield ls, le, first, found
+                first = to - len(lits[i])
+                ls = buf.rfind(b"\n", 0, first) + 1
+                le = buf.find(b"\n", to)
+                le = n if le < 0 else le
+                found = []
+            found.append(lits[i])
+        if found:
+            yield ls, le, first, found
+
+
+def make_backend(literals: list[bytes], prefer: str | None = None):
+    """hyperscan when it is installed (or asked for), the pure-Python search otherwise."""
+    prefer = prefer or os.environ.get("TRIAGE_SCAN_BACKEND", "auto")
+    if prefer in ("auto", "hyperscan"):
+        try:
+            return _HyperscanBackend(literals)
+        except ImportError:
+            if prefer == "hyperscan":
+                raise
+    return _ReBackend(literals)
+
+
 class Scanner:
-    def __init__(self, parsers: Sequence[Parser]):
+    def __init__(self, parsers: Sequence[Parser], backend: str | None = None):
         self.parsers = parsers
         owners: dict[bytes, set[int]] = {}
         for i, p in enumerate(parsers):
             for t in p.triggers:
                 owners.setdefault(t.encode(), set()).add(i)
-        # A matched literal also stands for every shorter trigger inside it (matches do not overlap).
+        # A matched literal also stands for every shorter trigger inside it (regex matches do not overlap).
         self.owners = {lit: tuple(sorted(set().union(*(ix for t, ix in owners.items() if t in lit))))
                        for lit in owners}
-        self.pattern = re.compile(_trie_regex(list(owners)))
+        self.backend = make_backend(list(owners), backend)
         self.max_before = max((p.before for p in parsers), default=0)
         self.lines = 0
-        self._tail: deque[str] = deque(maxlen=max(self.max_before, 1))
+        self._tail: deque[bytes] = deque(maxlen=max(self.max_before, 1))
         self._pending: list[tuple[Hit, tuple[int, ...], int]] = []
 
-    def _claimants(self, line: bytes) -> tuple[int, ...]:
-        found = self.pattern.findall(line)
+    def _claimants(self, found: list[bytes]) -> tuple[int, ...]:
         if len(found) == 1:
             return self.owners[found[0]]
         return tuple(sorted(set().union(*(self.owners[f] for f in set(found)))))
@@ -79,51 +147,38 @@ class Scanner:
         start_no = self.lines
         if self._pending:
             self._fill_pending(buf)
-        pos, counted_at, no = 0, 0, start_no
-        search = self.pattern.search
-        n = len(buf)
-        while True:
-            m = search(buf, pos)
-            if not m:
-                break
-            ls = buf.rfind(b"\n", 0, m.start()) + 1
-            le = buf.find(b"\n", m.end())
-            if le < 0:
-                le = n
+        counted_at, no, n = 0, start_no, len(buf)
+        for ls, le, first, found in self.backend.lines(buf):
             no += buf.count(b"\n", counted_at, ls)
             counted_at = ls
-            raw = buf[ls:le]
-            who = self._claimants(raw)
-            hit = Hit(no + 1, clean(raw, m.start() - ls))
+            who = self._claimants(found)
+            hit = Hit(no + 1, clean(buf[ls:le], first - ls), clean=clean)
             nb = max(self.parsers[i].before for i in who)
             na = max(self.parsers[i].after for i in who)
             if nb:
-                hit.before = self._before(buf, ls, nb)
+                hit._before = self._before(buf, ls, nb)
             need = na
             p = le + 1
             while need and p < n:
                 q = buf.find(b"\n", p)
                 q = n if q < 0 else q
-                hit.after.append(clean(buf[p:q]))
+                hit._after.append(buf[p:q][:MAX_TEXT])
                 need -= 1
                 p = q + 1
             if need:
                 self._pending.append((hit, who, need))
             else:
                 self._dispatch(hit, who)
-            pos = le + 1
-            if pos >= n:
-                break
         self.lines = start_no + buf.count(b"\n")
         if self.max_before:
             self._remember_tail(buf)
 
-    def _before(self, buf: bytes, ls: int, k: int) -> tuple[str, ...]:
-        out: list[str] = []
+    def _before(self, buf: bytes, ls: int, k: int) -> tuple[bytes, ...]:
+        out: list[bytes] = []
         end = ls - 1
         while len(out) < k and end >= 0:
             s = buf.rfind(b"\n", 0, end) + 1
-            out.append(clean(buf[s:end]))
+            out.append(buf[s:end][:MAX_TEXT])
             end = s - 1
         if len(out) < k and self._tail:
             out.extend(reversed(list(self._tail)[-(k - len(out)):]))
@@ -132,25 +187,25 @@ class Scanner:
     def _remember_tail(self, buf: bytes) -> None:
         k = self._tail.maxlen or 1
         end = len(buf) - 1 if buf.endswith(b"\n") else len(buf)
-        lines: list[str] = []
+        lines: list[bytes] = []
         while len(lines) < k and end >= 0:
             s = buf.rfind(b"\n", 0, end) + 1
-            lines.append(clean(buf[s:end]))
+            lines.append(buf[s:end][:MAX_TEXT])
             end = s - 1
         self._tail.extend(reversed(lines))
 
     def _fill_pending(self, buf: bytes) -> None:
         want = max(need for _, _, need in self._pending)
-        lines: list[str] = []
+        lines: list[bytes] = []
         p = 0
         while len(lines) < want and p < len(buf):
             q = buf.find(b"\n", p)
             q = len(buf) if q < 0 else q
-            lines.append(clean(buf[p:q]))
+            lines.append(buf[p:q][:MAX_TEXT])
             p = q + 1
         still = []
         for hit, who, need in self._pending:
-            hit.after.extend(lines[:need])
+            hit._after.extend(lines[:need])
             if len(lines) >= need:
                 self._dispatch(hit, who)
             else:

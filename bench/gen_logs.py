@@ -1,0 +1,139 @@
+"""Synthetic logs for the benchmark, with failures injected at known lines.
+
+    python bench/gen_logs.py nccl OUT.log --mb 1024     # interleaved 512-rank NCCL_DEBUG=INFO log over EFA
+    python bench/gen_logs.py megatron OUT.log --mb 200  # Megatron training log with one loss spike
+
+Prints a JSON object with the injected failures and their line numbers."""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+
+RANKS, PER_NODE = 512, 8
+
+
+def host(rank: int) -> str:
+    n = rank // PER_NODE
+    return f"compute-st-p5-{n + 1}"
+
+
+def nccl_block(rng: random.Random, comm: int) -> list[str]:
+    """One communicator's init as every rank logs it: bootstrap, plugin, channels, rings, trees."""
+    out = []
+    cid = f"0x{rng.getrandbits(48):x}"
+    for rank in range(RANKS):
+        h, d, pid = host(rank), rank % PER_NODE, 4000 + rank
+        p = f"{h}:{pid}:{pid + 200} [{d}] NCCL INFO "
+        out.append(p + f"comm {cid} rank {rank} nranks {RANKS} cudaDev {d} nvmlDev {d} busId {0x53 + d:x}000 commId 0x{comm:x} - Init START")
+        for c in range(0, 32, 2):
+            peer = (rank + PER_NODE) % RANKS
+            out.append(p + f"Channel {c:02d}/0 : {rank}[{d}] -> {peer}[{d}] [send] via NET/AWS Libfabric/{d}/GDRDMA/Shared")
+            out.append(p + f"Channel {c:02d}/0 : {rank}[{d}] -> {rank - d + (d + 1) % PER_NODE}[{(d + 1) % PER_NODE}] via P2P/CUMEM/read")
+        out.append(p + f"Trees [0] {rank + 1}/-1/-1->{rank}->{rank - 1} [1] {rank + 1}/-1/-1->{rank}->{rank - 1}")
+        out.append(p + "threadThresholds 8/8/64 | 4096/8/64 | 512 | 512")
+        out.append(p + "Connected all rings")
+        out.append(p + "Connected all trees")
+        out.append(p + f"comm {cid} rank {rank} nranks {RANKS} cudaDev {d} nvmlDev {d} busId {0x53 + d:x}000 commId 0x{comm:x} - Init COMPLETE")
+    return out
+
+
+def nccl_header() -> list[str]:
+    out = []
+    for rank in range(RANKS):
+        h, d, pid = host(rank), rank % PER_NODE, 4000 + rank
+        p = f"{h}:{pid}:{pid} [{d}] NCCL INFO "
+        out += [p + f"Bootstrap : Using enp71s0:10.1.{rank // 250}.{rank % 250}<0>", p + "cudaDriverVersion 12040",
+                p + "NCCL version 2.21.5+cuda12.4", p + "NET/OFI Initializing aws-ofi-nccl 1.11.0-aws",
+                p + "NET/OFI Using Libfabric version 1.22", p + "NET/OFI Selected Provider is efa (found 32 nics)",
+                p + "Using network AWS Libfabric", p + "NCCL_SOCKET_IFNAME set by environment to ^docker,lo"]
+    return out
+
+
+def gen_nccl(path: str, mb: int, seed: int = 1) -> dict:
+    rng = random.Random(seed)
+    target = mb << 20
+    injected = {}
+    written, lineno = 0, 0
+    with open(path, "w") as f:
+        def emit(lines):
+            nonlocal written, lineno
+            text = "\n".join(lines) + "\n"
+            f.write(text)
+            written += len(text)
+            lineno += len(lines)
+        emit(nccl_header())
+        comm = 0
+        plan = {0.3: "efa_mr_registration", 0.6: "gpu_xid", 0.9: "nccl_timeout"}
+        while written < target:
+            comm += 1
+            emit(nccl_block(rng, comm))
+            for frac, what in list(plan.items()):
+                if written >= target * frac:
+                    del plan[frac]
+                    if what == "efa_mr_registration":
+                        injected[what] = lineno + 1
+                        emit([f"{host(77)}:4077:4277 [5] register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register "
+                              "memory (type = 2) for device 5. RC: -22, Error: Invalid argument"])
+                    elif what == "gpu_xid":
+                        injected[what] = lineno + 1
+                        emit([f"Nov 12 04:17:55 {host(300)} kernel: NVRM: Xid (PCI:0000:a8:00): 79, pid=4300, name=python3, "
+                              "GPU has fallen off the bus."])
+                    else:
+                        injected[what] = lineno + 1
+                        lines = []
+                        for r in range(RANKS):
+                            seq = 1204 if r == 211 else 1205
+                            lines.append(f"[rank{r}]:[E1104 03:12:44.{r:09d} ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog "
+                                         f"caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
+                                         "NumelIn=262144, NumelOut=262144, Timeout(ms)=600000) ran for 600012 milliseconds "
+                                         "before timing out.")
+                        emit(lines)
+    return {"file": path, "bytes": written, "lines": lineno, "injected": injected, "lagging_rank": 211}
+
+
+def gen_megatron(path: str, mb: int, seed: int = 2) -> dict:
+    rng = random.Random(seed)
+    target = mb << 20
+    written, it, spike_line = 0, 0, None
+    lineno = 0
+    with open(path, "w") as f:
+        buf = []
+        while written < target:
+            it += 1
+            loss = 2.5 - it * 2e-7 + rng.uniform(-0.02, 0.02)
+            g = 0.25 + rng.uniform(-0.03, 0.03)
+            if spike_line is None and written >= target // 2:
+                loss, g = 7.91, 144.2
+                spike_line = lineno + len(buf) + 1
+            line = (f" iteration {it:8d}/ 2000000 | consumed samples: {it * 1024:12d} | elapsed time per iteration (ms): "
+                    f"{3000 + rng.random() * 50:.1f} | learning rate: 1.000E-04 | global batch size:  1024 | lm loss: "
+                    f"{loss:.6E} | loss scale: 1.0 | grad norm: {g:.3f} | number of skipped iterations:   0 | number of "
+                    "nan iterations:   0 |")
+            buf.append(line)
+            if len(buf) >= 5000:
+                text = "\n".join(buf) + "\n"
+                f.write(text)
+                written += len(text)
+                lineno += len(buf)
+                buf = []
+        if buf:
+            f.write("\n".join(buf) + "\n")
+            lineno += len(buf)
+    return {"file": path, "bytes": written, "lines": lineno, "injected": {"loss_spike": spike_line}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("kind", choices=["nccl", "megatron"])
+    ap.add_argument("out")
+    ap.add_argument("--mb", type=int, default=100)
+    a = ap.parse_args(argv)
+    info = gen_nccl(a.out, a.mb) if a.kind == "nccl" else gen_megatron(a.out, a.mb)
+    print(json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

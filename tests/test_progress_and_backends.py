@@ -1,0 +1,73 @@
+"""Big inputs: a progress line only on a terminal; the hyperscan and pure-Python scanners find the same things."""
+import json
+import os
+import pty
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+
+GEN = [sys.executable, str(ROOT / "bench" / "gen_logs.py")]
+
+
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory):
+    path = tmp_path_factory.mktemp("big") / "nccl.log"
+    info = json.loads(subprocess.run([*GEN, "nccl", str(path), "--mb", "60"], capture_output=True, check=True).stdout)
+    return path, info
+
+
+def test_progress_only_on_a_terminal(big_log):
+    path, _ = big_log
+    cmd = [sys.executable, "-m", "bot.cli", "diagnose", "--json", str(path)]
+    r = subprocess.run(cmd, capture_output=True, cwd=ROOT)
+    assert r.returncode == 0 and r.stderr == b""
+    json.loads(r.stdout)
+    master, slave = pty.openpty()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slave, cwd=ROOT)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait(timeout=120)
+    assert b"read" in out and b"MiB/s" in out and b"symptom family" in out
+
+
+def test_injected_failures_found_at_their_lines(big_log, books):
+    from bot.engine import diagnose
+    from core.ingest import open_path
+    path, info = big_log
+    d = diagnose(open_path(str(path), 1 << 40), books)
+    first = {f.symptom: f.evidence[0].line for f in d.findings}
+    assert first == info["injected"]
+    timeout = next(f for f in d.findings if f.symptom == "nccl_timeout")
+    assert timeout.facts["lagging_ranks"] == [info["lagging_rank"]] and timeout.facts["world_size"] == 512
+    assert timeout.facts["lagging_hosts"] == ["compute-st-p5-27"]
+
+
+def test_hyperscan_and_pure_python_scanners_agree(books):
+    pytest.importorskip("hyperscan")
+    from bot.engine import diagnose
+    from core.ingest import from_bytes
+    from parsers import scan
+    cases = sorted(FIXTURES.rglob("*.log"))
+    assert len(cases) > 50
+    for path in cases:
+        out = {}
+        for backend in ("re", "hyperscan"):
+            os.environ["TRIAGE_SCAN_BACKEND"] = backend
+            try:
+                out[backend] = diagnose(from_bytes(path.read_bytes(), path.name), books).to_json_dict()
+            finally:
+                del os.environ["TRIAGE_SCAN_BACKEND"]
+        assert out["re"] == out["hyperscan"], path
+    assert isinstance(scan.make_backend([b"x"], "re"), scan._ReBackend)
+    assert isinstance(scan.make_backend([b"x"], "hyperscan"), scan._HyperscanBackend)
