@@ -17,6 +17,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest
 
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
 eval: $(STAMP)
 	$(BIN)/triage eval ../shared/corpus/dev.jsonl
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Callable
 
 from core.ingest import Source
+from core.redact import mask_secrets
 from core.models import Diagnosis, Finding, InputInfo
 from parsers import PARSERS
 from parsers.base import Context
@@ -38,6 +39,24 @@ def order(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (f.caused_by is not None, CAUSAL_RANK.get(f.symptom, 99), f.first_line))
 
 
+def _masked(v):
+    if isinstance(v, str):
+        return mask_secrets(v)
+    if isinstance(v, list):
+        return [_masked(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _masked(x) for k, x in v.items()}
+    return v
+
+
+def _mask(f: Finding) -> None:
+    """Secrets never leave the engine: evidence, titles and facts are masked once, here (bounded data)."""
+    f.title = mask_secrets(f.title)
+    for e in f.evidence:
+        e.text = mask_secrets(e.text)
+    f.facts = _masked(f.facts)
+
+
 def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: str = "en",
              progress: Callable[[int, int], None] | None = None) -> Diagnosis:
     """Read the whole source once, in chunks. Raises core.ingest.UnusableInput for input that is not a log.
@@ -65,7 +84,10 @@ def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: st
     if ctx.hosts:
         job["hosts"] = sorted(ctx.hosts)[:64]
     for f in findings:
+        _mask(f)
         f.steps = playbooks.steps_for(f, ctx.versions, job, books, lang)
+    for u in ctx.unclaimed:
+        u["example"], u["template"] = mask_secrets(u["example"]), mask_secrets(u["template"])
     lines = scanner.lines + (1 if last and last != b"\n" else 0)
     info = InputInfo(name=source.name, bytes=source.bytes_read, lines=lines, truncated=source.truncated)
     return Diagnosis(input=info, versions=versions, job=job, findings=findings, benchmarks=ctx.benchmarks,

@@ -93,20 +93,30 @@ class EvidenceBox:
         return min((e.line for e in self.items), default=0)
 
 
-def rx(pattern: str, flags: int = 0) -> regex.Pattern:
-    return regex.compile(pattern, flags | regex.VERSION1)
+class rx:
+    """A `regex` pattern compiled on first use: a short paste only pays for the parsers it wakes up."""
+    __slots__ = ("source", "flags", "_compiled")
+
+    def __init__(self, pattern: str, flags: int = 0):
+        self.source, self.flags, self._compiled = pattern, flags, None
+
+    @property
+    def compiled(self) -> regex.Pattern:
+        if self._compiled is None:
+            self._compiled = regex.compile(self.source, self.flags | regex.VERSION1)
+        return self._compiled
 
 
-def search(pattern: regex.Pattern, text: str):
+def search(pattern: rx, text: str):
     try:
-        return pattern.search(text, timeout=RX_TIMEOUT)
+        return pattern.compiled.search(text, timeout=RX_TIMEOUT)
     except TimeoutError:
         return None
 
 
-def findall(pattern: regex.Pattern, text: str):
+def findall(pattern: rx, text: str):
     try:
-        return list(pattern.finditer(text, timeout=RX_TIMEOUT))
+        return list(pattern.compiled.finditer(text, timeout=RX_TIMEOUT))
     except TimeoutError:
         return []
 

@@ -44,10 +44,11 @@ class EfaMrParser(Parser):
             if m.group(5):
                 f.setdefault("error", m.group(5).strip())
         else:
-            m = search(_LIBFABRIC, t) or search(_FI_MR, t)
-            if not m:
+            m = search(_LIBFABRIC, t)
+            fi = None if m else search(_FI_MR, t)
+            if not m and not fi:
                 return
-            if m.re is _LIBFABRIC:
+            if m:
                 f.setdefault("error", m.group(2).strip())
                 if m.group(1):
                     f.setdefault("bytes", int(m.group(1)))

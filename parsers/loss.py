@@ -27,6 +27,30 @@ _ITER = rx(r"iteration\s+(\d+)\s*/|\bstep[:=\s]\s*(\d+)|global_step[=:\s]+(\d+)|
 _NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)")
 _SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to)\s*([\d.]+)")
 _SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum")
+# Megatron-LM / Megatron-DeepSpeed / GPT-NeoX iteration lines are read with plain string search (the common case
+# in big logs, so no regex): "iteration N/ M | ... | lm loss: X | ... | grad norm: G | ... nan iterations: K |".
+
+
+def _after(t: str, key: str) -> str | None:
+    i = t.find(key)
+    if i < 0:
+        return None
+    j = i + len(key)
+    k = t.find("|", j)
+    return t[j:k if k >= 0 else len(t)].strip() or None
+
+
+def _megatron_fields(t: str) -> tuple[str, str, str | None, str | None] | None:
+    it = _after(t, "iteration")
+    loss = _after(t, "lm loss:") or _after(t, "lm_loss:")
+    if it is None or loss is None or "/" not in it:
+        return None
+    it = it.split("/", 1)[0].strip()
+    if not it.isdigit():
+        return None
+    return it, loss, _after(t, "grad norm:"), _after(t, "number of nan iterations:")
+
+
 _SKIP = ("validation", "eval_", "eval ", "val_loss", "val loss", "test loss", "test_loss")
 
 
@@ -59,8 +83,8 @@ class _Series:
                 self.first_nan = {"line": no, "iteration": it, "last_finite": self.last_finite}
             return
         self.last_is_nan = False
-        if len(self.hist) >= SPIKE["min_history"]:
-            med = median(self.hist)
+        if len(self.hist) >= SPIKE["min_history"] and v > min(self.hist) * (1 + SPIKE["rel"]):
+            med = median(self.hist)  # only when a spike is possible: v must beat the median by `rel`
             if med > 0:
                 mad = median(abs(h - med) for h in self.hist) * 1.4826
                 if v > med * (1 + SPIKE["rel"]) and v - med > SPIKE["mad_k"] * max(mad, 0.01 * med):
@@ -113,6 +137,11 @@ class LossParser(Parser):
                 if nxt.rstrip().endswith("|"):
                     self.skip_to = hit.no + i + 1
                     break
+        if "lm" in t and "iteration" in t and t.rstrip().endswith("|"):
+            fields = _megatron_fields(t)
+            if fields:
+                self._megatron(hit, t, fields)
+                return
         if "OVERFLOW" in t or "overflow" in t or "loss scale" in t.lower():
             self._scale(hit, t)
         if any(s in t for s in _SKIP):
@@ -140,6 +169,24 @@ class LossParser(Parser):
         elif gm and not math.isfinite(g):
             self.grad_nan += 1
             self.nan_ev.add(hit.no, hit.text)
+
+    def _megatron(self, hit: Hit, t: str, fields: tuple) -> None:
+        it, loss, gnorm, nans = fields
+        key = str(rank_of(t) or "") if t.lstrip().startswith("[") else ""
+        s = self.series.setdefault(key, _Series())
+        try:
+            v = _f(loss)
+            g = _f(gnorm) if gnorm else math.nan
+        except ValueError:
+            return
+        if nans and nans.isdigit() and int(nans) > 0:
+            self.nan_iters = max(self.nan_iters, int(nans))
+            self.nan_ev.add(hit.no, hit.text)
+        if not math.isfinite(v):
+            self.nan_ev.add(hit.no, hit.text)
+        elif not math.isfinite(g):
+            self.grad_nan += 1
+        s.add(v, g, float(it), hit.no, hit.text.strip()[:500])
 
     def _scale(self, hit: Hit, t: str) -> None:
         if search(_SCALE_MIN, t):

@@ -8,7 +8,6 @@ from collections import deque
 from typing import Iterable, Iterator, Sequence
 
 from core.models import Finding
-from core.redact import mask_secrets
 from parsers.base import Context, Hit, Parser
 
 MAX_TEXT = 8192
@@ -26,7 +25,7 @@ def clean(raw: bytes, focus: int = 0) -> str:
     if "\r" in text:
         parts = [p for p in text.split("\r") if p.strip()]
         text = parts[-1] if parts else ""
-    return mask_secrets(text)
+    return text
 
 
 def _trie_regex(words: list[bytes]) -> bytes:

@@ -18,6 +18,7 @@ from core.models import Change, Finding, Step
 from playbooks.schema import ChangeSpec, Compute, Condition, Playbook, PlaybookFile
 
 BUILTIN = Path(__file__).parent
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when the wheel has it: 10x faster start-up
 MAX_STEPS = 12
 
 
@@ -50,7 +51,7 @@ def load_from_env() -> list[Book]:
 
 def _parse(path: Path) -> PlaybookFile:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
     except yaml.YAMLError as e:
         raise PlaybookError(f"{path}: not valid YAML: {e}") from None
     try:

@@ -1,0 +1,176 @@
+"""`make bench`: time triage against grep on the same files, check the injected failures, measure memory,
+start-up and Slack latency, print every target with met / not met, and write BENCHMARKS.md.
+
+    python bench/run.py [--nccl-mb 1024] [--train-mb 200] [--keep DIR]"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+TRIAGE = [sys.executable, "-m", "bot.cli"]
+
+
+def timed(cmd: list[str], stdin: bytes | None = None) -> tuple[float, int, bytes]:
+    """Wall seconds, peak RSS (MiB) and stdout of one child process."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out_chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: out_chunks.append(p.stdout.read()))
+    reader.start()
+    if stdin is not None:
+        p.stdin.write(stdin)
+        p.stdin.close()
+    _, status, ru = os.wait4(p.pid, 0)
+    reader.join()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, ru.ru_maxrss // 1024, b"".join(out_chunks)
+
+
+def best_of(n: int, cmd: list[str], stdin: bytes | None = None) -> tuple[float, int, bytes]:
+    runs = [timed(cmd, stdin) for _ in range(n)]
+    return min(r[0] for r in runs), max(r[1] for r in runs), runs[-1][2]
+
+
+def gen(kind: str, path: Path, mb: int) -> dict:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "gen_logs.py"), kind, str(path), "--mb", str(mb)],
+                         capture_output=True, check=True).stdout
+    return json.loads(out)
+
+
+def check_found(doc: dict, info: dict) -> bool:
+    first = {f["symptom"]: f["facts"].get("line") if f["symptom"] == "loss_spike" else f["evidence"][0]["line"]
+             for f in doc["findings"]}
+    ok = all(first.get(k) == v for k, v in info["injected"].items())
+    if "lagging_rank" in info:
+        t = next((f for f in doc["findings"] if f["symptom"] == "nccl_timeout"), None)
+        ok = ok and t is not None and t["facts"].get("lagging_ranks") == [info["lagging_rank"]]
+    return ok
+
+
+def slack_latency(n: int = 40) -> tuple[float, float]:
+    from bot.server import make_server
+    from bot.service import Triage
+    from bot.settings import Settings
+    from bot.slack_app import create_app
+    from bot.store import Store
+    from fakeslack import FakeSlack, post_signed, slash_body
+    from knowledge.runbook import load as load_runbook
+    from playbooks.engine import load
+
+    fake = FakeSlack().start()
+    tmp = tempfile.mkdtemp()
+    settings = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-bench", "SLACK_SIGNING_SECRET": "s",
+                                  "SLACK_API_BASE_URL": fake.api, "TRIAGE_DB": f"{tmp}/b.db"})
+    app = create_app(settings, Triage(load(), load_runbook(), Store(settings.db)))
+    server = make_server(app, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/slack/events"
+    paste = (ROOT / "tests" / "fixtures" / "nccl_timeout" / "lagging_rank.log").read_text().splitlines()
+    text = "\n".join((paste * 30)[:200])
+    acks, answers = [], []
+    try:
+        for i in range(n):
+            before = len(fake.responses)
+            t0 = time.perf_counter()
+            status, _, took = post_signed(url, "s", slash_body(text, fake.response_url(i)),
+                                          "application/x-www-form-urlencoded")
+            assert status == 200
+            fake.wait(lambda: len(fake.responses) > before, timeout=30)
+            answers.append(time.perf_counter() - t0)
+            acks.append(took)
+    finally:
+        server.shutdown()
+        fake.stop()
+    p95 = lambda xs: statistics.quantiles(xs, n=20)[-1] * 1000  # noqa: E731
+    return p95(acks), p95(answers)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nccl-mb", type=int, default=1024)
+    ap.add_argument("--small-mb", type=int, default=100)
+    ap.add_argument("--train-mb", type=int, default=200)
+    ap.add_argument("--keep", help="directory for the generated logs (default: a temporary one)")
+    a = ap.parse_args(argv)
+    work = Path(a.keep or tempfile.mkdtemp(prefix="triage-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    from parsers import PARSERS
+    triggers = work / "triggers.txt"
+    triggers.write_text("\n".join(sorted({t for p in PARSERS for t in p.triggers})) + "\n")
+    try:
+        from parsers.scan import make_backend
+        backend = make_backend([b"x"]).name
+    except Exception:
+        backend = "?"
+    rows: list[tuple[str, str, str, bool]] = []
+
+    def target(name, measured, goal, ok):
+        rows.append((name, measured, goal, ok))
+        print(f"{'MET    ' if ok else 'NOT MET'}  {name}: {measured} (target {goal})", flush=True)
+
+    results = {}
+    for label, mb in (("small", a.small_mb), ("big", a.nccl_mb)):
+        log = work / f"nccl-{mb}mb.log"
+        info = gen("nccl", log, mb)
+        tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
+        grep, _, _ = best_of(3, ["grep", "-c", "-F", "-f", str(triggers), str(log)])
+        results[label] = (mb, tri, grep, rss, check_found(json.loads(out), info))
+        print(f"nccl {mb} MiB: triage {tri:.2f} s, grep -F {grep:.2f} s, peak RSS {rss} MiB, "
+              f"found: {results[label][4]}", flush=True)
+    mb, tri, grep, rss, ok = results["big"]
+    target(f"NCCL log {mb} MiB, triage / grep -F -f", f"{tri / grep:.2f}x ({tri:.2f} s vs {grep:.2f} s)", "<= 1.0x",
+           tri <= grep)
+    target("NCCL log peak RSS", f"{rss} MiB", "<= 200 MiB", rss <= 200)
+    small_rss = results["small"][3]
+    target(f"RSS flat from {a.small_mb} MiB to {a.nccl_mb} MiB", f"{small_rss} -> {rss} MiB", "growth <= 25%",
+           rss <= small_rss * 1.25)
+    target("injected failures found at their lines (MR error, lagging rank, Xid)", str(ok and results["small"][4]),
+           "True", ok and results["small"][4])
+
+    log = work / f"megatron-{a.train_mb}mb.log"
+    info = gen("megatron", log, a.train_mb)
+    tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
+    grep, _, _ = best_of(3, ["grep", "-oE", "lm loss: [0-9.E+-]+", str(log)])
+    target(f"Megatron log {a.train_mb} MiB, triage / grep -oE", f"{tri / grep:.2f}x ({tri:.2f} s vs {grep:.2f} s)",
+           "<= 2.0x", tri <= 2 * grep)
+    target("loss spike found at its line", str(check_found(json.loads(out), info)), "True",
+           check_found(json.loads(out), info))
+
+    paste = b"".join((ROOT / "tests" / "fixtures" / "cuda_oom" / "new_format_fragmented.log").read_bytes()
+                     .splitlines(keepends=True) * 3)[:50 * 200]
+    cli, _, _ = best_of(5, [*TRIAGE, "diagnose", "-"], stdin=paste)
+    base, _, _ = best_of(5, [sys.executable, "-c", "import regex, pydantic, yaml"])
+    target("CLI on a 50-line paste / python -c 'import regex, pydantic, yaml'",
+           f"{cli / base:.2f}x ({cli * 1000:.0f} ms vs {base * 1000:.0f} ms)", "<= 2.0x", cli <= 2 * base)
+
+    ack, answer = slack_latency()
+    target("Slack HTTP ack p95", f"{ack:.0f} ms", "<= 100 ms", ack <= 100)
+    target("Slack answer p95, 200-line paste, no LLM", f"{answer:.0f} ms", "<= 300 ms", answer <= 300)
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
+    md = ["# Benchmarks", "", f"Machine: {os.cpu_count()} cores ({cpu}), "
+          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') >> 30} GiB RAM, Python {platform.python_version()}, "
+          f"scanner backend: {backend}. Produced by `make bench` ({time.strftime('%Y-%m-%d')}).", "",
+          "| target | measured | goal | |", "|---|---|---|---|"]
+    md += [f"| {n} | {m} | {g} | {'met' if ok else '**not met**'} |" for n, m, g, ok in rows]
+    (ROOT / "BENCHMARKS.md").write_text("\n".join(md) + "\n")
+    print(f"\n{sum(r[3] for r in rows)} of {len(rows)} targets met; figures written to BENCHMARKS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
