@@ -136,6 +136,8 @@ def cmd_serve(args, settings: Settings) -> int:
     except (SlackApiError, SlackClientError, OSError) as e:
         print(f"triage: cannot reach Slack with SLACK_BOT_TOKEN ({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
         return 2
+    if app.triage_bot.outbox is not None:
+        app.triage_bot.outbox.start(app.client)
     if settings.report_channel:
         _schedule_reports(settings, triage, app)
     if mode == "socket":

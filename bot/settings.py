@@ -13,7 +13,7 @@ ENV = {
     "SLACK_SIGNING_SECRET": "slack_signing_secret", "SLACK_APP_TOKEN": "slack_app_token",
     "SLACK_API_BASE_URL": "slack_api_base_url", "TRIAGE_LLM": "llm", "TRIAGE_LLM_BASE_URL": "llm_base_url",
     "TRIAGE_LLM_API_KEY": "llm_api_key", "TRIAGE_LLM_TIMEOUT": "llm_timeout",
-    "TRIAGE_REPORT_CRON": "report_cron", "TRIAGE_TZ": "tz", "TRIAGE_REPORT_CHANNEL": "report_channel",
+    "TRIAGE_RATE_LIMIT": "rate_limit", "TRIAGE_REPORT_CRON": "report_cron", "TRIAGE_TZ": "tz", "TRIAGE_REPORT_CHANNEL": "report_channel",
 }
 FIELD_TO_ENV = {v: k for k, v in ENV.items()}
 
@@ -48,6 +48,7 @@ class Settings(BaseModel):
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
     llm_timeout: float = Field(default=20.0, gt=0, le=600)
+    rate_limit: str = Field(default="20/60", pattern=r"^\d+/\d+$")
     report_cron: str = "0 9 * * 1"
     tz: str = "UTC"
     report_channel: str | None = None

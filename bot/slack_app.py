@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import Any
 
 from slack_bolt import App, BoltResponse
@@ -9,6 +10,8 @@ from slack_sdk import WebClient
 
 from bot import slack_blocks as kit
 from bot.i18n import t
+from bot.outbox import Outbox
+from bot.ratelimit import RateLimiter
 from bot.render import diagnosis_text
 from bot.service import Triage
 from bot.settings import Settings
@@ -29,6 +32,7 @@ def create_app(settings: Settings, triage: Triage, client: WebClient | None = No
     app = App(signing_secret=secret, client=client, request_verification_enabled=secret is not None, logger=log)
     bot = SlackBot(settings, triage, token or "")
     bot.register(app)
+    app.triage_bot = bot  # for `triage serve`: the outbox worker
     return app
 
 
@@ -39,6 +43,11 @@ class SlackBot:
         self.token = token
         self.hosts = allowed_file_hosts(settings.slack_api_base_url)
         self._langs: dict[str, str] = {}
+        self.limiter = RateLimiter.parse(settings.rate_limit)
+        self._denied: deque[str] = deque(maxlen=1000)
+        store = triage.store
+        self.outbox = Outbox(store, on_sent=lambda did, ch, ts: did and ts and store.set_message(did, ch, ts)) \
+            if store else None
 
     def lang(self, client: WebClient, user: str | None) -> str:
         """The asker's language from their Slack locale (users.info), remembered per user."""
@@ -61,13 +70,17 @@ class SlackBot:
         blocks, cut = kit.diagnosis_blocks(d, did, self.settings.runbook_url, lang=lang, phrasing=phrasing)
         return blocks, kit.fallback_text(d), cut
 
-    def _post_diagnosis(self, client: WebClient, channel: str, thread_ts: str, d: Diagnosis, did: int | None,
-                        lang: str = "en") -> None:
-        blocks, text, cut = self._answer(d, did, lang)
-        resp = client.chat_postMessage(channel=channel, thread_ts=thread_ts, blocks=blocks, text=text)
-        if did is not None and self.triage.store:
-            self.triage.store.set_message(did, channel, resp["ts"])
-        if cut:
+    def _post_diagnosis(self, client: WebClient, channel: str, thread_ts: str | None, d: Diagnosis, did: int | None,
+                        lang: str = "en", blocks_text=None) -> None:
+        blocks, text, cut = blocks_text or self._answer(d, did, lang)
+        payload = {"channel": channel, "blocks": blocks, "text": text}
+        if thread_ts:
+            payload["thread_ts"] = thread_ts
+        if self.outbox is not None:
+            ts = self.outbox.post(client, payload, did)
+        else:
+            ts = client.chat_postMessage(**payload)["ts"]
+        if ts and cut:
             self._attach_full(client, channel, thread_ts, d, did, lang)
 
     def _attach_full(self, client: WebClient, channel: str, thread_ts: str | None, d: Diagnosis,
@@ -109,8 +122,12 @@ class SlackBot:
 
     def ack_diagnose(self, ack, command: dict) -> None:
         text = (command.get("text") or "").strip()
+        user = command.get("user_id", "")
         if not self.allowed(command.get("channel_id")):
             ack(text=NOT_HERE)
+        elif text and not self.limiter.allow(user):
+            self._denied.append(command.get("trigger_id", ""))
+            ack(text=self.limiter.message(user))
         elif not text:
             ack(text=kit.USAGE)
         else:
@@ -119,7 +136,7 @@ class SlackBot:
     def run_diagnose(self, command: dict, respond, client: WebClient) -> None:
         text = (command.get("text") or "").strip()
         channel = command.get("channel_id", "")
-        if not text or not self.allowed(channel):
+        if not text or not self.allowed(channel) or command.get("trigger_id", "") in self._denied:
             return
         meta = {"source": "slash", "team": command.get("team_id", ""), "channel": channel,
                 "user": command.get("user_id", "")}
@@ -138,7 +155,14 @@ class SlackBot:
                     response_type="in_channel")
             return
         blocks, fallback, cut = self._answer(d, did, lang)
-        respond(blocks=blocks, text=fallback, response_type="in_channel")
+        try:
+            r = respond(blocks=blocks, text=fallback, response_type="in_channel")
+            ok = getattr(r, "status_code", 200) == 200
+        except Exception:
+            ok = False
+        if not ok:  # response_url failed: post to the channel, through the outbox if Slack is down
+            self._post_diagnosis(client, channel, None, d, did, lang, (blocks, fallback, False))
+            return
         if cut:
             try:
                 self._attach_full(client, channel, None, d, did, lang)
@@ -172,6 +196,9 @@ class SlackBot:
         root = event.get("thread_ts") or ts
         if not self.allowed(channel):
             client.chat_postMessage(channel=channel, thread_ts=root, text=NOT_HERE)
+            return
+        if not self.limiter.allow(event.get("user", "")):
+            client.chat_postMessage(channel=channel, thread_ts=root, text=self.limiter.message(event.get("user", "")))
             return
         client.reactions_add(channel=channel, timestamp=ts, name="eyes")
         try:
@@ -230,8 +257,10 @@ class SlackBot:
         msg = body.get("message", {})
         channel = body.get("channel", {}).get("id", "")
         root = msg.get("thread_ts") or msg.get("ts")
-        if not self.allowed(channel):
-            client.chat_postEphemeral(channel=channel, user=body.get("user", {}).get("id", ""), text=NOT_HERE)
+        user = body.get("user", {}).get("id", "")
+        if not self.allowed(channel) or not self.limiter.allow(user):
+            client.chat_postEphemeral(channel=channel, user=user,
+                                      text=NOT_HERE if not self.allowed(channel) else self.limiter.message(user))
             return
         inputs, notes = message_inputs(msg, self.token, self.settings.max_file_bytes, self.hosts, "message")
         if not inputs and message_text(msg.get("text", "")):

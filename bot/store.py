@@ -9,6 +9,7 @@ import json
 import re
 import sqlite3
 import threading
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,13 @@ def m003_report(db: sqlite_utils.Database) -> None:
                             foreign_keys=[("diagnosis_id", "diagnoses", "id")])
 
 
+@migrations()
+def m004_outbox(db: sqlite_utils.Database) -> None:
+    db["outbox"].create({"id": int, "created_at": str, "diagnosis_id": int, "payload_json": str, "attempts": int,
+                         "next_at": str, "status": str, "last_error": str}, pk="id")
+    db["outbox"].create_index(["status", "next_at"])
+
+
 # finding fact -> the role a host played in it
 HOST_FACTS = {"lagging_hosts": "lagging", "hosts": "involved", "socket_hosts": "tcp_fallback"}
 
@@ -93,6 +101,23 @@ class Store:
         except (sqlite3.DatabaseError, OSError) as e:
             raise StoreError(f"TRIAGE_DB {self.path}: cannot open the database ({e})") from None
 
+    @contextmanager
+    def write(self):
+        """A write transaction that takes the write lock up front (BEGIN IMMEDIATE), so concurrent writers wait
+        for each other (busy_timeout) instead of failing with 'database is locked'."""
+        db = self.db
+        if db.conn.in_transaction:  # nested: a savepoint inside the open transaction
+            with db.atomic():
+                yield db
+            return
+        db.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.conn.execute("ROLLBACK")
+            raise
+        db.conn.execute("COMMIT")
+
     @property
     def db(self) -> sqlite_utils.Database:
         db = getattr(self._local, "db", None)
@@ -118,7 +143,7 @@ class Store:
             "vote": None, "vote_user": None, "correct_symptom": None,
         }
         db = self.db
-        with db.atomic():
+        with self.write():
             did = db["diagnoses"].insert(row).last_pk
             db["findings"].insert_all({
                 "diagnosis_id": did, "idx": i, "symptom": f.symptom, "rule": f.rule, "severity": f.severity,
@@ -147,7 +172,7 @@ class Store:
                         yield {"diagnosis_id": did, "host": h, "role": role, "symptom": f.symptom}
 
     def set_message(self, diagnosis_id: int, channel: str, ts: str) -> None:
-        with self.db.atomic():
+        with self.write():
             self.db["diagnoses"].update(diagnosis_id, {"message_ts": ts, "channel": channel})
 
     def get(self, diagnosis_id: int) -> dict[str, Any] | None:
@@ -162,7 +187,7 @@ class Store:
 
     def vote(self, diagnosis_id: int, user: str, vote: str, symptom: str | None = None) -> None:
         db = self.db
-        with db.atomic():
+        with self.write():
             db["feedback"].insert({"diagnosis_id": diagnosis_id, "at": now(), "user": user, "vote": vote,
                                    "symptom": symptom})
             patch = {"vote": vote, "vote_user": user}
@@ -173,7 +198,7 @@ class Store:
     def first_time(self, event_id: str) -> bool:
         """True the first time an event id is seen (Slack retries deliver the same id again)."""
         try:
-            with self.db.atomic():
+            with self.write():
                 self.db.execute("insert into events (event_id, at) values (?, ?)", [event_id, now()])
             return True
         except sqlite3.IntegrityError:
@@ -201,7 +226,7 @@ class Store:
     def llm_log(self, *, diagnosis_id: int | None, model: str, lang: str, prompt: str, response: str, outcome: str,
                 ms: int, cache_key: str | None, answer: str | None) -> None:
         """Every prompt and answer is kept (already masked by the caller; secrets masked again here)."""
-        with self.db.atomic():
+        with self.write():
             self.db["llm_log"].insert({"at": now(), "diagnosis_id": diagnosis_id, "model": model, "lang": lang,
                                        "prompt": mask_secrets(prompt), "response": mask_secrets(response),
                                        "outcome": outcome, "ms": ms})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import hmac
+import itertools
 import json
 import sys
 import threading
@@ -204,10 +205,14 @@ def post_signed(url: str, secret: str, body: str, content_type: str, extra: dict
         return e.code, e.read(), time.monotonic() - t0
 
 
+_TRIGGERS = itertools.count(1)
+
+
 def slash_body(text: str, response_url: str, channel: str = "C1", user: str = "U1") -> str:
     return urlencode({"token": "x", "team_id": "T1", "team_domain": "t", "channel_id": channel, "channel_name": "ml",
                       "user_id": user, "user_name": "alice", "command": "/diagnose", "text": text,
-                      "response_url": response_url, "trigger_id": "1.2.3", "api_app_id": "A1"})
+                      "response_url": response_url, "trigger_id": f"{time.time_ns()}.{next(_TRIGGERS)}",
+                      "api_app_id": "A1"})
 
 
 def event_body(event: dict, event_id: str = "Ev1") -> str:

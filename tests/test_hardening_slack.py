@@ -1,0 +1,130 @@
+"""Slack abuse and faults: replays, floods, Slack outages, broken databases. Nothing crashes, nothing is lost."""
+import os
+import subprocess
+import sys
+import time
+
+from conftest import FIXTURES, ROOT, SECRET
+
+OOM = (FIXTURES / "cuda_oom" / "new_format_fragmented.log").read_text()
+XID = (FIXTURES / "gpu_xid" / "xid79.log").read_text()
+
+
+def test_replayed_request_older_than_five_minutes_is_refused(slack_bot):
+    from fakeslack import slash_body
+    h = slack_bot()
+    status, _, _ = h.post(slash_body(OOM, h.fake.response_url()), "application/x-www-form-urlencoded",
+                          ts=int(time.time()) - 6 * 60)
+    assert status == 401 and h.store.recent() == []
+
+
+def test_per_user_rate_limit_answers_clearly(slack_bot):
+    h = slack_bot(TRIAGE_RATE_LIMIT="2/60")
+    for _ in range(2):
+        assert "Diagnosing" in h.slash(XID, user="U5")[1].decode()
+    status, body, _ = h.slash(XID, user="U5")
+    assert status == 200 and "limit for one person" in body.decode()
+    assert "Diagnosing" in h.slash(XID, user="U6")[1].decode()  # others are not affected
+    h.fake.wait(lambda: len(h.fake.responses) >= 3)
+    time.sleep(0.5)
+    assert len(h.fake.responses) == 3 and len(h.store.recent(10)) == 3
+
+
+def test_answer_survives_a_slack_outage_and_is_sent_after_restart(slack_bot, tmp_path):
+    from slack_sdk import WebClient
+
+    from bot.outbox import Outbox
+    h = slack_bot()
+    h.fake.fail["chat.postMessage"] = (503, {"ok": False, "error": "service_unavailable"})
+    h.fake.threads[("C1", "7.1")] = [{"user": "U1", "ts": "7.1", "text": "<@UBOT>\n" + XID}]
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>\n" + XID, "ts": "7.1", "channel": "C1"}, "EvO")
+    h.fake.wait(lambda: any(p.get("name") == "white_check_mark" for p in h.fake.called("reactions.add")))
+    box = Outbox(h.store, on_sent=lambda did, ch, ts: did and h.store.set_message(did, ch, ts))
+    assert len(box.pending()) == 1 and h.store.recent(1)[0]["top_symptom"] == "gpu_xid"
+    # Slack comes back; a new process (new Outbox on the same database) delivers it, exactly once
+    del h.fake.fail["chat.postMessage"]
+    client = WebClient(token="xoxb-test-token", base_url=h.fake.api)
+    from datetime import datetime, timedelta, timezone
+    later = datetime.now(timezone.utc) + timedelta(minutes=1)
+    before = len(h.fake.called("chat.postMessage"))
+    assert Outbox(h.store).drain(client, later) == 1
+    assert Outbox(h.store).drain(client, later + timedelta(minutes=5)) == 0
+    posts = h.fake.called("chat.postMessage")[before:]
+    assert len(posts) == 1 and "Root cause: gpu_xid" in str(posts[0]["blocks"]) and posts[0]["thread_ts"] == "7.1"
+    assert box.pending() == []
+
+
+def test_rate_limited_by_slack_backs_off(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from slack_sdk import WebClient
+
+    from bot.outbox import Outbox
+    from bot.store import Store
+    from fakeslack import FakeSlack
+    fake = FakeSlack().start()
+    try:
+        fake.fail["chat.postMessage"] = (429, {"ok": False, "error": "ratelimited"})
+        store = Store(tmp_path / "o.db")
+        box = Outbox(store)
+        client = WebClient(token="xoxb-x", base_url=fake.api)
+        assert box.post(client, {"channel": "C1", "text": "hi"}) is None
+        now = datetime.now(timezone.utc)
+        assert box.drain(client, now) == 0                       # not due yet
+        assert box.drain(client, now + timedelta(seconds=10)) == 0  # due, fails again, backs off
+        item = box.pending()[0]
+        assert item["attempts"] == 2 and item["next_at"] > (now + timedelta(seconds=30)).isoformat(timespec="seconds")
+        del fake.fail["chat.postMessage"]
+        assert box.drain(client, now + timedelta(hours=1)) == 1
+    finally:
+        fake.stop()
+
+
+def _serve_err(env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "TRIAGE_"))}
+    e.update({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", **env})
+    p = subprocess.run([sys.executable, "-m", "bot.cli", "serve", "--port", "1"], capture_output=True, cwd=ROOT,
+                       env=e, timeout=60)
+    return p.returncode, p.stderr.decode()
+
+
+def test_corrupt_database_is_reported_clearly_at_start(tmp_path):
+    db = tmp_path / "bad.db"
+    db.write_bytes(b"this is not sqlite at all" * 200)
+    code, err = _serve_err({"TRIAGE_DB": str(db)})
+    assert code == 2 and "TRIAGE_DB" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_online_backup_copies_every_diagnosis(tmp_path, run):
+    import sqlite3
+
+    from bot.store import Store
+    store = Store(tmp_path / "live.db")
+    for i in range(5):
+        store.record(run(XID), source="cli")
+    env = {**os.environ, "TRIAGE_DB": str(tmp_path / "live.db")}
+    r = subprocess.run([sys.executable, "-m", "bot.cli", "db", "backup", str(tmp_path / "copy.db")],
+                       capture_output=True, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr
+    assert sqlite3.connect(tmp_path / "copy.db").execute("select count(*) from diagnoses").fetchone()[0] == 5
+    assert sqlite3.connect(tmp_path / "live.db").execute("pragma journal_mode").fetchone()[0] == "wal"
+
+
+def test_secrets_never_reach_the_store_or_the_logs(slack_bot, caplog):
+    import logging
+    import sqlite3
+    caplog.set_level(logging.DEBUG)
+    secrets = ["AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+               "xoxb-123456789012-123456789012-abcdefABCDEF", "s3cr3tP4ssw0rd"]
+    log = (f"export AWS_ACCESS_KEY_ID={secrets[0]}\nexport AWS_SECRET_ACCESS_KEY={secrets[1]}\n"
+           f"git remote https://{secrets[2]}@github.com/x/y\nSLACK_BOT_TOKEN={secrets[3]}\n"
+           f"MLFLOW_URI=https://ops:{secrets[4]}@mlflow:5000 [rank0]: torch.OutOfMemoryError: CUDA out of memory. "
+           f"Tried to allocate 2.00 GiB token={secrets[2]}\n" + OOM)
+    h = slack_bot()
+    h.slash(log)
+    h.fake.wait(lambda: h.fake.responses)
+    dump = "\n".join(sqlite3.connect(h.settings.db).iterdump())
+    for s in secrets:
+        assert s not in dump
+        assert s not in caplog.text
+    assert "cuda_oom" in dump
