@@ -6,7 +6,7 @@ import json
 import sys
 
 from bot.settings import Settings, SettingsError
-from core.ingest import UnusableInput, open_path
+from core.ingest import UnusableInput
 from playbooks.engine import Book, PlaybookError
 
 
@@ -35,10 +35,11 @@ def cmd_diagnose(args, settings: Settings) -> int:
     store = _store(settings) if (args.record or args.llm) else None
     phraser = _phraser(settings, store) if args.llm else None
     status = 0
-    for path in args.files:
-        progress = _progress(path)
+    for src, progress in _inputs(args.files, settings.max_bytes):
+        if src is None:
+            status = 2
+            continue
         try:
-            src = open_path(path, settings.max_bytes)
             d = diagnose(src, books, args.lang, progress=progress)
         except UnusableInput as e:
             print(f"triage: {e}", file=sys.stderr)
@@ -61,6 +62,18 @@ def cmd_diagnose(args, settings: Settings) -> int:
             print(diagnosis_text(d, args.lang, phrasing))
         sys.stdout.flush()
     return status
+
+
+def _inputs(paths: list[str], max_bytes: int):
+    """(source, progress) for every file and every member of every archive; (None, None) after a bad one."""
+    from core.ingest import open_inputs
+    for path in paths:
+        try:
+            for src in open_inputs(path, max_bytes):
+                yield src, _progress(path)
+        except UnusableInput as e:
+            print(f"triage: {e}", file=sys.stderr)
+            yield None, None
 
 
 PROGRESS_FROM = 50 << 20

@@ -66,6 +66,9 @@ def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: st
     scanner = Scanner(parsers)
     last = b""
     for chunk in source.chunks():
+        if isinstance(chunk, int):
+            scanner.skip_lines(chunk)
+            continue
         scanner.feed(chunk)
         last = chunk[-1:]
         if progress is not None:
@@ -89,6 +92,7 @@ def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: st
     for u in ctx.unclaimed:
         u["example"], u["template"] = mask_secrets(u["example"]), mask_secrets(u["template"])
     lines = scanner.lines + (1 if last and last != b"\n" else 0)
-    info = InputInfo(name=source.name, bytes=source.bytes_read, lines=lines, truncated=source.truncated)
+    info = InputInfo(name=source.name, bytes=source.bytes_read, lines=lines, truncated=source.truncated,
+                     notes=list(source.notes))
     return Diagnosis(input=info, versions=versions, job=job, findings=findings, benchmarks=ctx.benchmarks,
                      unclaimed=ctx.unclaimed)

@@ -75,6 +75,7 @@ def diagnosis_text(d: Diagnosis, lang: str = "en", phrasing=None) -> str:
     human = f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 1024:.1f} KiB" if size >= 1024 else f"{size} B"
     trunc = f", {t(lang, 'truncated')}" if d.input.truncated else ""
     lines = [f"== {d.input.name} ({d.input.lines} {t(lang, 'lines')}, {human}{trunc}) =="]
+    lines += [f"  ({note})" for note in d.input.notes]
     phrased = None
     if phrasing is not None and phrasing.answer is not None:
         lines += [phrasing.answer.summary, f"({t(lang, 'phrased').format(model=phrasing.model)})", ""]

@@ -49,9 +49,13 @@ def make_server(app: App, host: str, port: int) -> ThreadingHTTPServer:
             payload = resp.body.encode() if isinstance(resp.body, str) else (resp.body or b"")
             self._send(resp.status, payload, resp.headers)
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    server = _Server((host, port), Handler)
     server.daemon_threads = True
     return server
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # the default backlog of 5 resets connections under a burst of Slack requests
 
 
 def serve_http(app: App, host: str, port: int) -> None:

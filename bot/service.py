@@ -6,7 +6,7 @@ from typing import Any
 
 from bot.engine import diagnose
 from bot.store import Store
-from core.ingest import from_bytes
+from core.ingest import UnusableInput, expand, from_bytes
 from core.models import Diagnosis
 from knowledge.runbook import Runbook
 from playbooks.engine import Book
@@ -19,6 +19,20 @@ class Triage:
     store: Store | None = None
     max_bytes: int = 4 << 30
     phraser: Any = None  # bot.llm.Phraser when TRIAGE_LLM is set
+
+    def run_all(self, data: bytes, name: str, lang: str = "en", keep_empty: bool = True, **meta: str):
+        """Like run, for every member when the data is an archive: yields (name, diagnosis or None, id, error).
+        With keep_empty=False a diagnosis without findings is neither stored nor reported (chat, not a log)."""
+        for src in expand(from_bytes(data, name, self.max_bytes)):
+            try:
+                d = diagnose(src, self.books, lang)
+            except UnusableInput as e:
+                if keep_empty:
+                    yield src.name, None, None, str(e)
+                continue
+            if not d.findings and not keep_empty:
+                continue
+            yield src.name, d, (self.store.record(d, data, **meta) if self.store else None), ""
 
     def run(self, data: bytes, name: str, lang: str = "en", **meta: str) -> tuple[Diagnosis, int | None]:
         """Raises core.ingest.UnusableInput for input that is not a log. The diagnosis is committed to the store

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from slack_bolt import App, BoltResponse
@@ -29,7 +30,9 @@ def create_app(settings: Settings, triage: Triage, client: WebClient | None = No
     if client is None:
         kwargs = {"base_url": settings.slack_api_base_url} if settings.slack_api_base_url else {}
         client = WebClient(token=token, **kwargs)
-    app = App(signing_secret=secret, client=client, request_verification_enabled=secret is not None, logger=log)
+    # Few workers for the heavy lazy work, so that acks (which Slack wants within 3 s) are not starved of the GIL.
+    app = App(signing_secret=secret, client=client, request_verification_enabled=secret is not None, logger=log,
+              listener_executor=ThreadPoolExecutor(max_workers=4, thread_name_prefix="triage-listener"))
     bot = SlackBot(settings, triage, token or "")
     bot.register(app)
     app.triage_bot = bot  # for `triage serve`: the outbox worker
@@ -96,8 +99,9 @@ class SlackBot:
         out = []
         for inp in inputs:
             try:
-                d, did = self.triage.run(inp.data, inp.name, lang, **meta)
-                out.append((inp, d, did, ""))
+                for name, d, did, err in self.triage.run_all(inp.data, inp.name, lang, keep_empty=not inp.pasted,
+                                                             **meta):
+                    out.append((Input(name, b"", inp.note), d, did, err))
             except UnusableInput as e:
                 out.append((inp, None, None, str(e)))
         return out

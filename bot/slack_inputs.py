@@ -18,6 +18,7 @@ class Input:
     name: str
     data: bytes
     note: str = ""
+    pasted: bool = False   # message text rather than a file: kept only if it turns out to be a log
 
 
 class DownloadRefused(Exception):
@@ -70,8 +71,8 @@ def message_inputs(msg: dict, token: str, max_bytes: int, hosts: set[str], label
     inputs: list[Input] = []
     notes: list[str] = []
     text = message_text(msg.get("text", ""))
-    if looks_like_log(text):
-        inputs.append(Input(f"{label} (pasted text)", text.encode()))
+    if text:
+        inputs.append(Input(f"{label} (pasted text)", text.encode(), pasted=not looks_like_log(text)))
     for f in msg.get("files", []) or []:
         name = f.get("name") or f.get("title") or "file"
         is_text = (f.get("mimetype", "").startswith("text/") or name.lower().endswith(TEXT_EXT)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import os
 import zlib
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
@@ -25,11 +26,17 @@ class Source:
     truncated: bool = False
     notes: list[str] = field(default_factory=list)
 
-    def chunks(self) -> Iterator[bytes]:
+    def chunks(self) -> Iterator[bytes | int]:
+        """Newline-aligned byte chunks; an int stands for that many lines skipped (head-and-tail reading)."""
         raw = _Raw(self.stream)
         head = raw.peek(SNIFF)
         if not head:
             raise UnusableInput(f"{self.name}: input is empty")
+        size = _size(self.stream)
+        if head[:2] != b"\x1f\x8b" and head[:4] != b"PK\x03\x04" and size is not None and size > self.max_bytes:
+            _check_text(head, self.name)
+            yield from self._head_and_tail(size)
+            return
         blocks: Iterator[bytes] = raw.blocks()
         if head[:2] == b"\x1f\x8b":
             blocks = _gunzip(blocks, self)
@@ -37,10 +44,55 @@ class Source:
             head = first[:SNIFF]
             blocks = _prepend(first, blocks)
         elif head[:4] == b"PK\x03\x04":
-            raise UnusableInput(f"{self.name}: zip archives are not supported; unzip and pass the log files")
+            raise UnusableInput(f"{self.name}: a zip archive inside an archive; unpack it first")
         blocks, head = _decode_to_utf8(blocks, head, self.name)
         _check_text(head, self.name)
         yield from _align(_cap(blocks, self), self)
+
+
+    def _head_and_tail(self, size: int) -> Iterator[bytes | int]:
+        """A file over the size cap: read its first and last halves of the cap, count the lines in between."""
+        f, half = self.stream, self.max_bytes // 2
+        f.seek(0)
+        head = f.read(half)
+        cut = head.rfind(b"\n") + 1 or len(head)
+        yield from _align(iter([head[:cut]]), self)
+        self.bytes_read = cut
+        tail_start = max(cut, size - (self.max_bytes - half))
+        f.seek(cut)
+        skipped, pos = 0, cut
+        while pos < tail_start:
+            block = f.read(min(CHUNK, tail_start - pos))
+            if not block:
+                break
+            skipped += block.count(b"\n")
+            pos += len(block)
+        rest = f.read(CHUNK)
+        nl = rest.find(b"\n")
+        if nl >= 0:  # start the tail on a line boundary
+            skipped += 1
+            rest = rest[nl + 1:]
+        yield skipped
+        self.truncated = True
+        self.notes.append(f"read the first {cut >> 20} MiB and the last {(size - tail_start) >> 20} MiB of "
+                          f"{size >> 20} MiB; {skipped} lines in between were skipped (size cap)")
+
+        def tail_blocks():
+            yield rest
+            while block := f.read(CHUNK):
+                yield block
+        for chunk in _align(tail_blocks(), self):
+            self.bytes_read += len(chunk)
+            yield chunk
+
+
+def _size(stream: BinaryIO) -> int | None:
+    try:
+        if stream.seekable():
+            return os.fstat(stream.fileno()).st_size
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        pass
+    return None
 
 
 class _Raw:
@@ -166,6 +218,96 @@ def _align(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:
         carry = data[cut + 1:]
     if carry:
         yield carry
+
+
+MAX_MEMBERS = 64
+
+
+def _peek(stream: BinaryIO, n: int) -> bytes:
+    if hasattr(stream, "peek"):
+        data = stream.peek(n)[:n]
+        if len(data) >= min(n, 8):
+            return data
+    if stream.seekable():
+        pos = stream.tell()
+        data = stream.read(n)
+        stream.seek(pos)
+        return data
+    return b""
+
+
+def _is_tar(head: bytes) -> bool:
+    if head[:2] == b"\x1f\x8b":
+        try:
+            head = zlib.decompressobj(wbits=47).decompress(head, 600)
+        except zlib.error:
+            return False
+    return head[257:262] == b"ustar"
+
+
+def expand(src: Source) -> Iterator[Source]:
+    """A .zip, .tar or .tar.gz becomes one Source per member file (at most MAX_MEMBERS, sharing the size cap);
+    anything else is yielded as it is."""
+    head = _peek(src.stream, 1024)
+    if head[:4] == b"PK\x03\x04":
+        yield from _zip_members(src)
+    elif _is_tar(head):
+        yield from _tar_members(src)
+    else:
+        yield src
+
+
+def _member_cap(src: Source, used: list[int]) -> int:
+    return max(1, src.max_bytes - used[0])
+
+
+def _zip_members(src: Source) -> Iterator[Source]:
+    import zipfile
+    stream = src.stream if src.stream.seekable() else io.BytesIO(src.stream.read(src.max_bytes))
+    try:
+        zf = zipfile.ZipFile(stream)
+    except zipfile.BadZipFile:
+        raise UnusableInput(f"{src.name}: not a valid zip archive") from None
+    members = [i for i in zf.infolist() if not i.is_dir()]
+    if len(members) > MAX_MEMBERS:
+        src.notes.append(f"only the first {MAX_MEMBERS} of {len(members)} files were read")
+    used = [0]
+    for info in members[:MAX_MEMBERS]:
+        if used[0] >= src.max_bytes:
+            break
+        member = Source(f"{src.name}:{info.filename}", zf.open(info), _member_cap(src, used))
+        yield member
+        used[0] += member.bytes_read
+
+
+def _tar_members(src: Source) -> Iterator[Source]:
+    import tarfile
+    try:
+        tf = tarfile.open(fileobj=src.stream, mode="r|*")
+    except (tarfile.TarError, OSError):
+        raise UnusableInput(f"{src.name}: not a valid tar archive") from None
+    used, n = [0], 0
+    try:
+        for info in tf:
+            if not info.isfile():
+                continue
+            n += 1
+            if n > MAX_MEMBERS or used[0] >= src.max_bytes:
+                src.notes.append(f"stopped after {MAX_MEMBERS} files or the size cap")
+                break
+            f = tf.extractfile(info)
+            if f is None:
+                continue
+            member = Source(f"{src.name}:{info.name}", f, _member_cap(src, used))
+            yield member
+            used[0] += member.bytes_read
+    except (tarfile.TarError, EOFError, zlib.error, OSError):
+        src.notes.append("the archive ends early or is damaged")
+
+
+def open_inputs(path: str, max_bytes: int) -> Iterator[Source]:
+    """Every input in a path: the file itself, or each member of an archive."""
+    yield from expand(open_path(path, max_bytes))
 
 
 def open_path(path: str, max_bytes: int) -> Source:

@@ -63,6 +63,7 @@ class InputInfo(_Model):
     bytes: int
     lines: int
     truncated: bool = False
+    notes: list[str] = []   # what was skipped or capped, in words
 
 
 class Diagnosis(_Model):

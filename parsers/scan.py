@@ -172,6 +172,12 @@ class Scanner:
         if self.max_before:
             self._remember_tail(buf)
 
+    def skip_lines(self, n: int) -> None:
+        """Lines that were not read (the middle of an oversize file): keep the numbering right."""
+        self.close()
+        self.lines += n
+        self._tail.clear()
+
     def _before(self, buf: bytes, ls: int, k: int) -> tuple[bytes, ...]:
         out: list[bytes] = []
         end = ls - 1

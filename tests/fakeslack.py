@@ -34,7 +34,10 @@ class FakeSlack:
         self.verbose = verbose
         self.cond = threading.Condition()
         self._ts = 1700000000
-        self.server = ThreadingHTTPServer((host, port), self._handler())
+        self.server = ThreadingHTTPServer((host, port), self._handler(), bind_and_activate=False)
+        self.server.request_queue_size = 1024
+        self.server.server_bind()
+        self.server.server_activate()
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_address[1]}"
         self.api = self.url + "/api/"

@@ -1,0 +1,113 @@
+"""Load test: 200 concurrent /diagnose requests and 50 thread mentions against `triage serve`'s HTTP server,
+with the fake Slack Web API. Checks every request is acked within 3 s, answered exactly once and stored.
+
+    python bench/load.py [--slash 200] [--mentions 50]"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--slash", type=int, default=200)
+    ap.add_argument("--mentions", type=int, default=50)
+    a = ap.parse_args(argv)
+
+    import os
+    import socket
+    import sqlite3
+    import subprocess
+    import urllib.request
+
+    from fakeslack import FakeSlack, event_body, post_signed, slash_body
+
+    fake = FakeSlack().start()
+    tmp = tempfile.mkdtemp(prefix="triage-load-")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "TRIAGE_"))}
+    env.update({"SLACK_BOT_TOKEN": "xoxb-load", "SLACK_SIGNING_SECRET": "load", "SLACK_API_BASE_URL": fake.api,
+                "TRIAGE_DB": f"{tmp}/load.db", "TRIAGE_RATE_LIMIT": "1000/60"})
+    bot = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    url = f"http://127.0.0.1:{port}/slack/events"
+    logs = sorted((ROOT / "tests" / "fixtures").glob("*/*.log"))
+    texts = [p.read_text()[:3500] for p in logs if p.parent.name not in ("healthy", "report")]
+
+    def slash(i: int):
+        body = slash_body(texts[i % len(texts)], fake.response_url(i), user=f"U{i}")
+        status, _, took = post_signed(url, "load", body, "application/x-www-form-urlencoded")
+        return "slash", i, status, took
+
+    def mention(i: int):
+        ts = f"{9000 + i}.0001"
+        fake.threads[("CL", ts)] = [{"user": f"V{i}", "ts": ts, "text": "<@UBOT>\n" + texts[i % len(texts)]}]
+        event = {"type": "app_mention", "user": f"V{i}", "text": "<@UBOT> look", "ts": ts, "channel": "CL"}
+        status, _, took = post_signed(url, "load", event_body(event, f"EvLoad{i}"), "application/json")
+        return "mention", i, status, took
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=a.slash + a.mentions) as pool:
+        futures = [pool.submit(slash, i) for i in range(a.slash)] + [pool.submit(mention, i) for i in range(a.mentions)]
+        results = [f.result() for f in futures]
+    sent = time.perf_counter() - t0
+    acks = [r[3] for r in results]
+    bad_status = [r for r in results if r[2] != 200]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done = len(fake.responses)
+        mentions_done = len({p.get("thread_ts") for p in fake.called("chat.postMessage")})
+        if done >= a.slash and mentions_done >= a.mentions:
+            break
+        time.sleep(0.2)
+    took = time.perf_counter() - t0
+    time.sleep(1.0)  # let any duplicate arrive before counting
+    responses = len(fake.responses)
+    posts = Counter(p.get("thread_ts") for p in fake.called("chat.postMessage") if p.get("blocks"))
+    db = sqlite3.connect(f"{tmp}/load.db")
+    stored = db.execute("select count(*) from diagnoses").fetchone()[0]
+    p95 = statistics.quantiles(acks, n=20)[-1]
+    checks = {
+        "every request answered 200": not bad_status,
+        "every ack within 3 s": max(acks) <= 3.0,
+        f"{a.slash} slash answers, once each": responses == a.slash,
+        f"{a.mentions} threads answered, once each": len(posts) == a.mentions and max(posts.values()) == 1,
+        f"{a.slash + a.mentions} diagnoses stored": stored == a.slash + a.mentions,
+    }
+    print(f"sent {len(results)} requests in {sent:.2f} s; all answered after {took:.2f} s")
+    print(f"ack latency: p50 {statistics.median(acks) * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, "
+          f"max {max(acks) * 1000:.0f} ms")
+    print(f"slash answers {responses}, thread answers {sum(posts.values())} in {len(posts)} threads, stored {stored}")
+    if bad_status:
+        print("not 200:", Counter((r[0], r[2]) for r in bad_status))
+    if stored != a.slash + a.mentions:
+        print("stored by source:", dict(db.execute("select source, count(*) from diagnoses group by source")))
+    for name, ok in checks.items():
+        print(f"{'OK  ' if ok else 'FAIL'} {name}")
+    bot.terminate()
+    bot.wait(timeout=30)
+    fake.stop()
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

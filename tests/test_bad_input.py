@@ -1,0 +1,111 @@
+"""The bad-input matrix beyond the basics: archives, oversize files, giant lines, and parsers under fuzzing."""
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import FIXTURES, ROOT
+
+XID = (FIXTURES / "gpu_xid" / "xid79.log").read_bytes()
+OOM = (FIXTURES / "cuda_oom" / "new_format_fragmented.log").read_bytes()
+
+
+def triage(*args, env=None):
+    e = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "bot.cli", *args], capture_output=True, cwd=ROOT, env=e)
+
+
+def test_zip_and_tar_gz_are_triaged_member_by_member(tmp_path):
+    z = tmp_path / "logs.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("node1/rank0.log", OOM)
+        zf.writestr("node2/dmesg.txt", XID)
+        zf.writestr("empty.log", b"")
+    t = tmp_path / "logs.tar.gz"
+    with tarfile.open(t, "w:gz") as tf:
+        for name, data in (("a/hang.log", (FIXTURES / "nccl_timeout" / "lagging_rank.log").read_bytes()),
+                           ("b/xid.log", XID)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    r = triage("diagnose", "--json", str(z), str(t))
+    docs = [json.loads(x) for x in r.stdout.decode().splitlines()]
+    got = [(d["input"]["name"], d["findings"][0]["symptom"]) for d in docs]
+    assert got == [("logs.zip:node1/rank0.log", "cuda_oom"), ("logs.zip:node2/dmesg.txt", "gpu_xid"),
+                   ("logs.tar.gz:a/hang.log", "nccl_timeout"), ("logs.tar.gz:b/xid.log", "gpu_xid")]
+    assert r.returncode == 2 and "empty.log: input is empty" in r.stderr.decode()
+
+
+def test_zip_bomb_member_is_capped(tmp_path):
+    z = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(z, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("huge.log", b"all good here\n" * (8 << 20))  # ~112 MB that packs to ~100 KB
+    r = triage("diagnose", "--json", str(z), env={"TRIAGE_MAX_BYTES": str(4 << 20)})
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["input"]["truncated"] and doc["input"]["bytes"] <= 4 << 20
+
+
+def test_oversize_file_reads_head_and_tail_with_true_line_numbers(tmp_path):
+    p = tmp_path / "big.log"
+    filler = b"INFO step ok, nothing to see here at all\n" * 120000
+    p.write_bytes(OOM + filler + XID)
+    total = p.read_bytes().count(b"\n")
+    r = triage("diagnose", "--json", str(p), env={"TRIAGE_MAX_BYTES": str(1 << 20)})
+    doc = json.loads(r.stdout)
+    first = {f["symptom"]: f["evidence"][0]["line"] for f in doc["findings"]}
+    assert first["cuda_oom"] == 21 and first["gpu_xid"] == total - 2
+    assert doc["input"]["truncated"] and "skipped" in doc["input"]["notes"][0]
+    text = triage("diagnose", str(p), env={"TRIAGE_MAX_BYTES": str(1 << 20)}).stdout.decode()
+    assert "TRUNCATED" in text and "lines in between were skipped" in text
+
+
+def test_ten_megabyte_single_line_is_handled(tmp_path):
+    p = tmp_path / "one-line.log"
+    p.write_bytes(b"x" * (10 << 20) + b" torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"
+                  + b"y" * (1 << 20) + b"\n" + XID)
+    r = triage("diagnose", "--json", str(p))
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0
+    assert {f["symptom"]: f["evidence"][0]["line"] for f in doc["findings"]} == {"gpu_xid": 3, "cuda_oom": 1}
+    assert len(doc["findings"][1]["evidence"][0]["text"]) <= 500
+
+
+def test_truncated_gzip_reads_what_is_there(tmp_path):
+    p = tmp_path / "cut.log.gz"
+    blob = gzip.compress(OOM + b"".join(b"filler line %d\n" % i for i in range(100000)))
+    p.write_bytes(blob[: len(blob) // 2])
+    doc = json.loads(triage("diagnose", "--json", str(p)).stdout)
+    assert doc["findings"][0]["symptom"] == "cuda_oom" and doc["input"]["truncated"]
+
+
+ADVERSARIAL = st.sampled_from([
+    "Watchdog caught collective operation timeout: WorkNCCL(" * 40, "OpType=" + "A" * 5000,
+    "iteration " + "9" * 3000 + "/ | lm loss: " + "1" * 3000 + " |", "NVRM: Xid (PCI:" + "(" * 4000,
+    "Tried to allocate " + "9." * 3000 + " GiB", "loss: " + "nan " * 2000, "[rank" + "1" * 5000 + "]:",
+    "Expert usage: tensor([" + "1," * 4000 + "])", "Unable to register memory (type = " + "2" * 3000,
+    "gpuId 0:\n" + "D " * 3000, "NCCL version " + "2." * 3000, "comm 0x" + "f" * 3000 + " rank 1 nranks 9",
+    "Got completion from peer " + "1." * 2000 + " with status=12", "OSError: [Errno 12] " + "Cannot " * 1000,
+])
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.one_of(st.text(max_size=300), ADVERSARIAL), min_size=1, max_size=30))
+def test_parsers_never_raise_and_stay_fast_on_random_and_adversarial_input(lines, books):
+    from bot.engine import diagnose
+    from core.ingest import UnusableInput, from_bytes
+    data = "\n".join(lines).encode("utf-8", errors="replace")
+    t0 = time.perf_counter()
+    try:
+        diagnose(from_bytes(data), books)
+    except UnusableInput:
+        pass
+    per_line = (time.perf_counter() - t0) / max(1, data.count(b"\n") + 1)
+    assert per_line < 0.05, f"{per_line * 1000:.1f} ms per line"
