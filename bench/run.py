@@ -73,7 +73,8 @@ def slack_latency(n: int = 40) -> tuple[float, float]:
     fake = FakeSlack().start()
     tmp = tempfile.mkdtemp()
     settings = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-bench", "SLACK_SIGNING_SECRET": "s",
-                                  "SLACK_API_BASE_URL": fake.api, "TRIAGE_DB": f"{tmp}/b.db"})
+                                  "SLACK_API_BASE_URL": fake.api, "TRIAGE_DB": f"{tmp}/b.db",
+                                  "TRIAGE_RATE_LIMIT": "1000/60"})
     app = create_app(settings, Triage(load(), load_runbook(), Store(settings.db)))
     server = make_server(app, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
