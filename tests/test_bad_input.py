@@ -108,4 +108,6 @@ def test_parsers_never_raise_and_stay_fast_on_random_and_adversarial_input(lines
     except UnusableInput:
         pass
     per_line = (time.perf_counter() - t0) / max(1, data.count(b"\n") + 1)
-    assert per_line < 0.05, f"{per_line * 1000:.1f} ms per line"
+    # Linear patterns take ~10 ms for a whole one-line input (mostly fixed cost); catastrophic backtracking would
+    # show as the 0.5 s regex timeout or worse. The bound leaves room for a busy CI machine.
+    assert per_line < 0.25, f"{per_line * 1000:.1f} ms per line"
