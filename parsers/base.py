@@ -57,6 +57,18 @@ class Parser:
     triggers: ClassVar[tuple[str, ...]]
     before: ClassVar[int] = 0
     after: ClassVar[int] = 0
+    # Optional fast path for logs dominated by one line format: a bytes regex run over whole chunks, and the
+    # (rarer) triggers still read line by line while it is active.
+    bulk: ClassVar[Any] = None
+    bulk_triggers: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def bulk_wanted(cls, sample: bytes) -> bool:
+        """Whether the bulk path should be used, judged on the first MiB of the log."""
+        return False
+
+    def feed_bulk(self, no: int, match) -> None:
+        raise NotImplementedError
 
     def feed(self, hit: Hit) -> None:
         raise NotImplementedError

@@ -8,6 +8,7 @@ SCALE_COLLAPSE or below."""
 from __future__ import annotations
 
 import math
+import re
 from collections import deque
 from statistics import median
 from typing import Any
@@ -29,6 +30,31 @@ _SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to)\s*([\d.]+)")
 _SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum")
 # Megatron-LM / Megatron-DeepSpeed / GPT-NeoX iteration lines are read with plain string search (the common case
 # in big logs, so no regex): "iteration N/ M | ... | lm loss: X | ... | grad norm: G | ... nan iterations: K |".
+
+
+def _line(x):
+    """The whole log line behind a chunk-wide regex match (prefixes such as [default7]: included)."""
+    if isinstance(x, re.Match):
+        buf = x.string
+        return buf[buf.rfind(b"\n", 0, x.start()) + 1:x.end()]
+    return x
+
+
+def _str(text) -> str:
+    text = _line(text)
+    return (text.decode("utf-8", "replace") if isinstance(text, bytes) else text).strip()[:500]
+
+
+class _BulkHit:
+    """A line read by the chunk-wide pass."""
+    __slots__ = ("no", "_raw")
+
+    def __init__(self, no: int, raw: bytes):
+        self.no, self._raw = no, raw
+
+    @property
+    def text(self) -> str:
+        return self._raw.decode("utf-8", "replace")
 
 
 def _after(t: str, key: str) -> str | None:
@@ -75,7 +101,7 @@ class _Series:
             b["later_min"] = min(b["later_min"], v)
             b["last"] = v
             if len(b["evidence"]) < 4:
-                b["evidence"].append((no, text))
+                b["evidence"].append((no, _line(text)))
         if not math.isfinite(v):
             self.nan_points += 1
             self.last_is_nan = True
@@ -95,7 +121,8 @@ class _Series:
                     elif b is None or v / med > b["ratio"]:
                         self.best = {"ratio": v / med, "med": med, "value": v, "line": no, "iteration": it,
                                      "gnorm": g, "gnorm_before": median(self.ghist) if self.ghist else None,
-                                     "evidence": [*self.recent, (no, text)], "later_n": 0, "later_min": math.inf,
+                                     "evidence": [(n, _line(x)) for n, x in (*self.recent, (no, text))],
+                                     "later_n": 0, "later_min": math.inf,
                                      "peak": v, "peak_iteration": it, "last": v}
         self.hist.append(v)
         if math.isfinite(g):
@@ -115,6 +142,45 @@ class LossParser(Parser):
     name = "loss"
     triggers = ("loss", "Loss", "LOSS", "grad norm", "grad_norm", "OVERFLOW", "Gradient overflow", "nan iterations")
     after = 3
+    # A plain Megatron log: iteration lines are read chunk-wide; scale and overflow lines still line by line.
+    bulk = re.compile(rb"iteration\s+(\d+)\s*/([^\n]*)")
+    bulk_triggers = ("OVERFLOW", "Gradient overflow", "loss scale already", "'loss'", "loss=")
+
+    @classmethod
+    def bulk_wanted(cls, sample: bytes) -> bool:
+        """A log that is mostly single-line Megatron iterations with the loss printed (at least 30% of lines)."""
+        lines = sample.count(b"\n") + 1
+        found = sum(1 for m in cls.bulk.finditer(sample) if b"lm loss:" in m.group(2) or b"lm_loss:" in m.group(2))
+        return found * 10 >= 3 * lines
+
+    def feed_bulk(self, no: int, m) -> None:
+        it, rest = m.group(1, 2)
+        k = rest.find(b"lm loss:")
+        if k < 0:
+            k = rest.find(b"lm_loss:")
+            if k < 0:  # an iteration line without a loss (grad norm only, NaN counts): the line-by-line reading
+                self.feed(Hit(no, _line(m).decode("utf-8", "replace")))
+                return
+        e = rest.find(b"|", k)
+        loss = rest[k + 8:e if e >= 0 else len(rest)]
+        i = rest.find(b"grad norm:")
+        j = rest.find(b"nan iterations:")
+        try:
+            v = float(loss)
+            g = float(rest[i + 10:rest.find(b"|", i)]) if i >= 0 else math.nan
+        except ValueError:
+            return
+        if v != v or v in (math.inf, -math.inf) or (i >= 0 and not math.isfinite(g)) or \
+                (j >= 0 and rest[j + 15:rest.find(b"|", j)].strip(b" 0")):
+            text = _line(m).decode("utf-8", "replace")  # rare NaN/Inf lines take the general path for evidence
+            fields = _megatron_fields(text)
+            if fields:
+                self._megatron(_BulkHit(no, _line(m)), fields, text, key="")  # the bulk series is one curve
+            return
+        s = self.series.get("")
+        if s is None:
+            s = self.series[""] = _Series()
+        s.add(v, g, int(it), no, m)  # the line itself is cut out only if it becomes evidence
 
     def __init__(self) -> None:
         self.series: dict[str, _Series] = {}
@@ -140,7 +206,7 @@ class LossParser(Parser):
         if "lm" in t and "iteration" in t and t.rstrip().endswith("|"):
             fields = _megatron_fields(t)
             if fields:
-                self._megatron(hit, t, fields)
+                self._megatron(hit, fields, t)
                 return
         if "OVERFLOW" in t or "overflow" in t or "loss scale" in t.lower():
             self._scale(hit, t)
@@ -170,9 +236,10 @@ class LossParser(Parser):
             self.grad_nan += 1
             self.nan_ev.add(hit.no, hit.text)
 
-    def _megatron(self, hit: Hit, t: str, fields: tuple) -> None:
+    def _megatron(self, hit, fields: tuple, t: str = "", key: str | None = None) -> None:
         it, loss, gnorm, nans = fields
-        key = str(rank_of(t) or "") if t.lstrip().startswith("[") else ""
+        if key is None:
+            key = str(rank_of(t) or "") if t.lstrip().startswith("[") else ""
         s = self.series.setdefault(key, _Series())
         try:
             v = _f(loss)
@@ -274,7 +341,7 @@ class LossParser(Parser):
             title += "; back to baseline since"
         elif b["later_n"]:
             title += f"; not back to baseline (last {b['last']:.4g})"
-        evidence = [Evidence(line=no, text=text) for no, text in b["evidence"]]
+        evidence = [Evidence(line=no, text=_str(text)) for no, text in b["evidence"]]
         return Finding(symptom="loss_spike", rule="loss_spike.robust_jump", title=title, severity="warning",
                        confidence=0.85, evidence=evidence, facts=f, first_line=b["line"])
 

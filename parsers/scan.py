@@ -120,18 +120,45 @@ def make_backend(literals: list[bytes], prefer: str | None = None):
 class Scanner:
     def __init__(self, parsers: Sequence[Parser], backend: str | None = None):
         self.parsers = parsers
-        owners: dict[bytes, set[int]] = {}
-        for i, p in enumerate(parsers):
-            for t in p.triggers:
-                owners.setdefault(t.encode(), set()).add(i)
-        # A matched literal also stands for every shorter trigger inside it (regex matches do not overlap).
-        self.owners = {lit: tuple(sorted(set().union(*(ix for t, ix in owners.items() if t in lit))))
-                       for lit in owners}
-        self.backend = make_backend(list(owners), backend)
+        self.backend_name = backend
+        self.bulk: list[int] = []          # parsers reading their dominant line format chunk-wide
+        self._decided = False
+        self._index(set())
         self.max_before = max((p.before for p in parsers), default=0)
         self.lines = 0
         self._tail: deque[bytes] = deque(maxlen=max(self.max_before, 1))
         self._pending: list[tuple[Hit, tuple[int, ...], int]] = []
+
+    def _index(self, bulk: set[int]) -> None:
+        owners: dict[bytes, set[int]] = {}
+        for i, p in enumerate(self.parsers):
+            for t in (p.bulk_triggers if i in bulk else p.triggers):
+                owners.setdefault(t.encode(), set()).add(i)
+        # A matched literal also stands for every shorter trigger inside it (regex matches do not overlap).
+        self.owners = {lit: tuple(sorted(set().union(*(ix for t, ix in owners.items() if t in lit))))
+                       for lit in owners}
+        self.backend = make_backend(list(owners), self.backend_name)
+
+    def _decide_bulk(self, buf: bytes) -> None:
+        """On the first chunk: a parser whose bulk pattern covers most lines (a plain Megatron training log) reads
+        those lines with one C-level pass per chunk instead of line by line."""
+        self._decided = True
+        sample = buf[: 1 << 20]
+        chosen = {i for i, p in enumerate(self.parsers) if p.bulk is not None and p.bulk_wanted(sample)}
+        if chosen:
+            self.bulk = sorted(chosen)
+            self._index(chosen)
+
+    def _feed_bulk(self, buf: bytes, start_no: int) -> None:
+        count = buf.count
+        for i in self.bulk:
+            parser, no, at = self.parsers[i], start_no, 0
+            feed = parser.feed_bulk
+            for m in parser.bulk.finditer(buf):
+                start = m.start()
+                no += count(b"\n", at, start)
+                at = start
+                feed(no + 1, m)
 
     def _claimants(self, found: list[bytes]) -> tuple[int, ...]:
         if len(found) == 1:
@@ -144,8 +171,12 @@ class Scanner:
 
     def feed(self, buf: bytes) -> None:
         start_no = self.lines
+        if not self._decided:
+            self._decide_bulk(buf)
         if self._pending:
             self._fill_pending(buf)
+        if self.bulk:
+            self._feed_bulk(buf, start_no)
         counted_at, no, n = 0, start_no, len(buf)
         for ls, le, first, found in self.backend.lines(buf):
             no += buf.count(b"\n", counted_at, ls)

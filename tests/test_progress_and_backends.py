@@ -71,3 +71,29 @@ def test_hyperscan_and_pure_python_scanners_agree(books):
         assert out["re"] == out["hyperscan"], path
     assert isinstance(scan.make_backend([b"x"], "re"), scan._ReBackend)
     assert isinstance(scan.make_backend([b"x"], "hyperscan"), scan._HyperscanBackend)
+
+
+def test_megatron_bulk_path_matches_line_by_line_reading(books, monkeypatch, tmp_path):
+    from bot.engine import diagnose
+    from core.ingest import from_bytes
+    from parsers.loss import LossParser
+    from parsers.scan import Scanner
+    gen = json.loads(subprocess.run([*GEN, "megatron", str(tmp_path / "m.log"), "--mb", "3"], capture_output=True,
+                                    check=True).stdout)
+    text = (tmp_path / "m.log").read_text().splitlines()
+    text[40] = text[40].replace(text[40].split("lm loss: ")[1].split(" |")[0], "nan")
+    text.insert(60, "[2024-02-11 09:43:20,113] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+                    "Skipping step. Attempted loss scale: 4, reducing to 2")
+    cases = [(tmp_path / "m.log").read_bytes(), "\n".join(text).encode(),
+             (FIXTURES / "loss_spike" / "megatron_spike.log").read_bytes(),
+             (FIXTURES / "loss_nan" / "megatron_nan.log").read_bytes()]
+    assert LossParser.bulk_wanted(cases[0]) and not LossParser.bulk_wanted(b"{'loss': 1.0}\n" * 50)
+    sc = Scanner([LossParser()])
+    sc.feed(cases[0])
+    assert sc.bulk == [0]
+    bulk = [diagnose(from_bytes(c), books).to_json_dict() for c in cases]
+    monkeypatch.setattr(LossParser, "bulk_wanted", classmethod(lambda cls, sample: False))
+    plain = [diagnose(from_bytes(c), books).to_json_dict() for c in cases]
+    assert bulk == plain
+    assert bulk[0]["findings"][0]["facts"]["line"] == gen["injected"]["loss_spike"]
+    assert [f["symptom"] for f in bulk[1]["findings"]] == ["loss_nan", "loss_spike"]
