@@ -109,9 +109,9 @@ class _Raw:
         return self.buf[:n]
 
     def blocks(self) -> Iterator[bytes]:
-        if self.buf:
-            yield self.buf
-            self.buf = b""
+        if self.buf:  # the peeked bytes go out with a full first block, so the first chunk is a fair sample
+            first, self.buf = self.buf + self.stream.read(CHUNK), b""
+            yield first
         while block := self.stream.read(CHUNK):
             yield block
 

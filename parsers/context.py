@@ -4,6 +4,7 @@ This parser emits no findings. `versions_seen` keeps every distinct version per 
 version_mismatch parser can tell when ranks disagree."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from core.models import Finding
@@ -86,6 +87,27 @@ class ContextParser(Parser):
         '"gradient_clipping"', '"initial_scale_power"', "number of parameters", "trainable parameters",
         "Total params", "total parameters", "nranks", "NCCL_", "FI_", "RDMAV_", "PYTORCH_CUDA_", "world_size", "world size", "WORLD_SIZE", "xlarge", "platform",
     )
+
+    # NCCL INFO logs are mostly communicator set-up; their "comm 0x… rank N nranks M" lines are read chunk-wide.
+    bulk = re.compile(rb"comm 0x[0-9a-fA-F]+ rank (\d+) nranks (\d+)")
+    bulk_triggers = tuple(t for t in triggers if t != "nranks")
+
+    @classmethod
+    def bulk_wanted(cls, sample: bytes) -> bool:
+        return sample.count(b" nranks ") >= 200
+
+    def feed_bulk(self, no: int, m) -> None:
+        world = int(m.group(2))
+        if world > (self.world or 0):
+            self.world = world
+        rank = int(m.group(1))
+        if rank not in self.rank_hosts and len(self.rank_hosts) < 4096:
+            buf = m.string
+            line = buf[buf.rfind(b"\n", 0, m.start()) + 1:m.end()].decode("utf-8", "replace")
+            h = host_of(line)
+            if h:
+                self.hosts.add(h)
+                self.rank_hosts[rank] = h
 
     def __init__(self) -> None:
         self.versions: dict[str, str] = {}
