@@ -75,18 +75,13 @@ class Settings(BaseModel):
             LLMConfig.parse(v, None, None, 1.0)
         return v
 
-    @field_validator("slack_bot_token")
+    @field_validator("slack_bot_token", "slack_app_token")
     @classmethod
-    def _bot_token(cls, v: SecretStr | None):
-        if v is not None and not v.get_secret_value().startswith("xoxb-"):
-            raise ValueError("must be a bot token starting with xoxb-")
-        return v
-
-    @field_validator("slack_app_token")
-    @classmethod
-    def _app_token(cls, v: SecretStr | None):
-        if v is not None and not v.get_secret_value().startswith("xapp-"):
-            raise ValueError("must be an app-level token starting with xapp-")
+    def _token(cls, v: SecretStr | None, info):
+        kind, prefix = {"slack_bot_token": ("a bot token", "xoxb-"),
+                        "slack_app_token": ("an app-level token", "xapp-")}[info.field_name]
+        if v is not None and not v.get_secret_value().startswith(prefix):
+            raise ValueError(f"must be {kind} starting with {prefix}")
         return v
 
     @field_validator("slack_api_base_url", "runbook_url", "llm_base_url")

@@ -92,3 +92,23 @@ def test_runbook_search_answers_questions_and_survives_fts_syntax():
     assert rb.search("fork cannot allocate memory huge pages")[0].id == "efa#fork-huge-pages"
     assert rb.search('"unbalanced AND (OR NEAR* ^') is not None
     assert rb.search("") == []
+
+
+def test_user_playbook_citing_a_missing_section_is_refused_at_start(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    (tmp_path / "t.yaml").write_text(textwrap.dedent("""
+        playbooks:
+          - symptom: gpu_xid
+            steps:
+              - id: gpu_xid.mine
+                owner: infra
+                text: Call the vendor.
+                cite: [gpu-health#no-such-section]
+    """))
+    r = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", str(FIXTURES / "gpu_xid" / "xid79.log")],
+                       capture_output=True, cwd=ROOT, env={**os.environ, "TRIAGE_PLAYBOOKS": str(tmp_path)})
+    assert r.returncode == 2 and "gpu-health#no-such-section" in r.stderr.decode()
