@@ -1,6 +1,7 @@
 """The Slack app: thin Bolt listeners over the pure triage core. Every diagnosis is stored before it is posted."""
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -30,9 +31,10 @@ def create_app(settings: Settings, triage: Triage, client: WebClient | None = No
     if client is None:
         kwargs = {"base_url": settings.slack_api_base_url} if settings.slack_api_base_url else {}
         client = WebClient(token=token, **kwargs)
-    # Few workers for the heavy lazy work, so that acks (which Slack wants within 3 s) are not starved of the GIL.
+    # Bolt runs ack functions on its listener executor; the heavy work goes to the bot's own small pool (see
+    # SlackBot.offload), so a burst of diagnoses never makes an ack wait for a free thread.
     app = App(signing_secret=secret, client=client, request_verification_enabled=secret is not None, logger=log,
-              listener_executor=ThreadPoolExecutor(max_workers=4, thread_name_prefix="triage-listener"))
+              listener_executor=ThreadPoolExecutor(max_workers=32, thread_name_prefix="triage-listener"))
     bot = SlackBot(settings, triage, token or "")
     bot.register(app)
     app.triage_bot = bot  # for `triage serve`: the outbox worker
@@ -51,6 +53,19 @@ class SlackBot:
         store = triage.store
         self.outbox = Outbox(store, on_sent=lambda did, ch, ts: did and ts and store.set_message(did, ch, ts)) \
             if store else None
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="triage-work")
+
+    def offload(self, fn):
+        """Run a heavy listener on the bot's own pool; Bolt's threads stay free to ack within Slack's 3 s."""
+        @functools.wraps(fn)
+        def submit(**kwargs):
+            def run():
+                try:
+                    fn(**kwargs)
+                except Exception as e:
+                    log.error("%s failed: %s", fn.__name__, type(e).__name__)
+            self.pool.submit(run)
+        return submit
 
     def lang(self, client: WebClient, user: str | None) -> str:
         """The asker's language from their Slack locale (users.info), remembered per user."""
@@ -109,9 +124,9 @@ class SlackBot:
     # ---- listeners -----------------------------------------------------------------------------------------
     def register(self, app: App) -> None:
         app.middleware(self.dedupe)
-        app.command("/diagnose")(ack=self.ack_diagnose, lazy=[self.run_diagnose])
-        app.event("app_mention")(self.on_mention)
-        app.shortcut("diagnose_message")(ack=self.ack_shortcut, lazy=[self.run_shortcut])
+        app.command("/diagnose")(ack=self.ack_diagnose, lazy=[self.offload(self.run_diagnose)])
+        app.event("app_mention")(self.offload(self.on_mention))
+        app.shortcut("diagnose_message")(ack=self.ack_shortcut, lazy=[self.offload(self.run_shortcut)])
         app.action("triage_vote_up")(self.on_vote)
         app.action("triage_vote_down")(self.on_vote)
         app.action("triage_wrong")(self.on_vote)
