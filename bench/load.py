@@ -8,7 +8,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor

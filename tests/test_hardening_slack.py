@@ -4,7 +4,7 @@ import subprocess
 import sys
 import time
 
-from conftest import FIXTURES, ROOT, SECRET
+from conftest import FIXTURES, ROOT
 
 OOM = (FIXTURES / "cuda_oom" / "new_format_fragmented.log").read_text()
 XID = (FIXTURES / "gpu_xid" / "xid79.log").read_text()

@@ -8,7 +8,7 @@ import sys
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from bot.guard import Allowed, PhrasedAnswer, check
+from bot.guard import PhrasedAnswer, check
 from bot.llm import LLMConfig, Phraser
 from conftest import FIXTURES, ROOT
 from fakellm import FakeLLM, faithful

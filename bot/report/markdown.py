@@ -22,7 +22,7 @@ def _delta(now: int, before: int) -> str:
 def render(r: ReportData, charts: list[Path]) -> str:
     names = {p.name for p in charts}
     span = f"{r.since:%Y-%m-%d %H:%M} – {r.until:%Y-%m-%d %H:%M} UTC"
-    out = [f"# Train Triage weekly tuning report", "", f"Period: {span}. Diagnoses: {r.total} "
+    out = ["# Train Triage weekly tuning report", "", f"Period: {span}. Diagnoses: {r.total} "
            f"(previous period: {r.previous_total}, {_delta(r.total, r.previous_total)}).", ""]
     if r.tune_next:
         out += ["## Tune this next", ""]
