@@ -31,6 +31,7 @@ class FakeSlack:
         self.file_auth: list[str] = []
         self.fail: dict[str, tuple[int, dict]] = {}  # method -> (http status, json)
         self.users: dict[str, dict] = {}
+        self.socket_url = ""  # what apps.connections.open hands out (a tests/fakesocket.py server)
         self.verbose = verbose
         self.cond = threading.Condition()
         self._ts = 1700000000
@@ -86,6 +87,8 @@ class FakeSlack:
     def api_call(self, method: str, p: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if method in self.fail:
             return self.fail[method]
+        if method == "apps.connections.open":
+            return 200, {"ok": True, "url": self.socket_url}
         if method == "auth.test":
             return 200, {"ok": True, "url": "https://fake.slack.com/", "team": "T", "user": "triage",
                          "team_id": "T1", "user_id": "UBOT", "bot_id": "BBOT"}

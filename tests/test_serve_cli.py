@@ -83,3 +83,42 @@ def test_socket_mode_is_chosen_when_app_token_is_set():
     s = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "x"})
     assert s.require_slack() == "http"
     assert "xoxb-1" not in repr(s)
+
+
+def test_socket_mode_end_to_end_over_a_local_websocket(tmp_path, books):
+    import json as _json
+    import time as _time
+
+    from slack_bolt.adapter.socket_mode import SocketModeHandler
+
+    from bot.service import Triage
+    from bot.settings import Settings
+    from bot.slack_app import create_app
+    from bot.store import Store
+    from fakeslack import FakeSlack
+    from fakesocket import FakeSocketMode
+    from knowledge.runbook import load as load_runbook
+    fake, ws = FakeSlack().start(), FakeSocketMode()
+    fake.socket_url = ws.url
+    settings = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-sock", "SLACK_APP_TOKEN": "xapp-1-sock",
+                                  "SLACK_API_BASE_URL": fake.api, "TRIAGE_DB": str(tmp_path / "s.db")})
+    assert settings.require_slack() == "socket"
+    app = create_app(settings, Triage(books, load_runbook(), Store(settings.db)))
+    handler = SocketModeHandler(app, settings.slack_app_token.get_secret_value())
+    try:
+        handler.connect()
+        assert ws.connected.wait(15)
+        text = (FIXTURES / "gpu_xid" / "xid79.log").read_text()
+        payload = {"token": "x", "team_id": "T1", "channel_id": "C1", "user_id": "U1", "command": "/diagnose",
+                   "text": text, "response_url": fake.response_url(), "trigger_id": f"{_time.time_ns()}"}
+        ws.send({"envelope_id": "env-1", "type": "slash_commands", "accepts_response_payload": True,
+                 "payload": payload})
+        ack = ws.wait_ack("env-1")
+        assert "Diagnosing" in _json.dumps(ack)
+        resp = fake.wait(lambda: fake.responses)[0]
+        assert "Root cause: gpu_xid" in resp["blocks"][0]["text"]["text"]
+        assert fake.called("apps.connections.open")
+    finally:
+        handler.close()
+        ws.close()
+        fake.stop()
