@@ -10,7 +10,8 @@ from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text,
 
 _WORK = rx(r"WorkNCCL\((?:SeqNum=(\d+),\s*)?OpType=(\w+)(?:.*?Timeout\(ms\)=(\d+))?.*?\)"
            r"(?:\s*ran for (\d+) milliseconds)?")
-_STATE = rx(r"watchdog at work: (-?\d+), last enqueued NCCL work: (-?\d+), last completed NCCL work: (-?\d+)")
+_STATE = rx(r"(?:watchdog at work|Timeout at NCCL work|watchdog at work sequence id):? (-?\d+)[,.]?\s*(?:PG status: )?"
+            r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
 _HEARTBEAT = rx(r"Heartbeat monitor timed out|watchdog got stuck for (\d+) seconds")
 _WORKLIST = rx(r"workMetaList_\.size\(\)\s*=\s*(\d+)")
 _ABORTED = rx(r"communicator was aborted on rank (\d+)")
@@ -42,6 +43,7 @@ class _Rank:
 class TimeoutParser(Parser):
     name = "nccl_timeout"
     triggers = ("collective operation timeout", "detected by watchdog", "either an error or timeout",
+                "Timeout at NCCL work",
                 "Heartbeat monitor timed out", "watchdog got stuck", "communicator was aborted", "store based barrier",
                 "clients joined", "retrieving ncclUniqueId", "exitcode", "Root Cause (first observed failure)",
                 "operations have failed or timed out")
@@ -80,7 +82,8 @@ class TimeoutParser(Parser):
             return
         if "collective operation timeout" in t and "before timing out" not in t:
             t = self._join(hit, "before timing out")
-        elif "either an error or timeout" in t and "last completed" not in t:
+        elif ("either an error or timeout" in t or "Timeout at NCCL work" in t or "detected by watchdog" in t) \
+                and "last completed" not in t:
             t = self._join(hit, "last completed")
         rank = rank_of(t)
         m = search(_ABORTED, t)
