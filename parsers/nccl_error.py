@@ -9,6 +9,11 @@ from parsers.base import Context, EvidenceBox, Hit, Parser, host_of, rank_of, rx
 
 # (rule, pattern, what it means). First match wins per line; order = most specific first.
 _RULES = (
+    ("efa_completion", rx(r"NET/OFI Request (?:\S+ )?completed with error\. RC: (-?\d+)\.? ?(?:Error: )?([^\n]*)"
+                          r"|efa_rdm_\w*handle_error\(\)[^\n]*?err: (\d+), message: ([^\n]*?)(?: My EFA addr|$)")),
+    ("efa_av", rx(r"NET/OFI (?:Unable to insert remote address into address vector|Couldn't open AV)[^\n]*")),
+    ("efa_endpoint", rx(r"NET/OFI (?:Creating new endpoint|Couldn't (?:open|create|bind|enable) (?:endpoint|CQ|domain)|"
+                        r"Unable to (?:open|create) (?:domain|endpoint))[^\n]*")),
     ("ib_completion", rx(r"Got completion from peer (\S+?)(?:<\d+>)? with (?:status=|error )(\d+).*?vendor err (\d+)")),
     ("ib_setup", rx(r"Call to (ibv_(?!open_device|get_device_list|query_device|fork_init)\w+) failed(?: with error)? ?(.*)$")),
     ("shm", rx(r"Error while creating shared memory segment|/dev/shm\S*.*(?:No space left|failed)|shm_open.*failed"
@@ -26,6 +31,9 @@ _IB_STATUS = {4: "local protection error (memory registration or GPUDirect RDMA)
               13: "RNR retry counter exceeded (peer not receiving)"}
 _NCCL_VER = rx(r"NCCL version (\d+\.\d+\.\d+)")
 _HEADLINE = {
+    "efa_completion": "An EFA transfer failed (aws-ofi-nccl / libfabric completion error)",
+    "efa_av": "aws-ofi-nccl could not add a peer to the EFA address vector (peer unreachable or blocked)",
+    "efa_endpoint": "aws-ofi-nccl could not create its EFA endpoint or domain",
     "ib_completion": "NCCL's InfiniBand/RoCE transport got a failed work completion",
     "ib_setup": "NCCL could not set up an InfiniBand/RoCE queue pair",
     "shm": "NCCL could not create its shared-memory segment (/dev/shm too small?)",
@@ -38,7 +46,9 @@ _HEADLINE = {
 
 class NcclErrorParser(Parser):
     name = "nccl_error"
-    triggers = ("Got completion from peer", "Call to ibv_", "shared memory segment", "/dev/shm", "shm_open",
+    triggers = ("completed with error", "handle_error()", "address vector", "Couldn't open AV", "Creating new endpoint",
+                "Couldn't open endpoint", "Couldn't create", "Couldn't bind", "Couldn't enable", "Unable to open domain",
+                "Unable to create", "Got completion from peer", "Call to ibv_", "shared memory segment", "/dev/shm", "shm_open",
                 "Duplicate GPU detected", "remote process exited", "ncclRemoteError", "Connection reset by peer",
                 "Connection closed by remote peer", "Connection refused", "Cuda failure", "ncclSystemError",
                 "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument",
@@ -74,7 +84,17 @@ class NcclErrorParser(Parser):
 
     def _facts(self, rule: str, m, t: str) -> None:
         f = self.facts
-        if rule == "ib_completion":
+        if rule == "efa_completion":
+            rc = m.group(1) or m.group(3)
+            f.setdefault("rc", int(rc))
+            msg = (m.group(2) or m.group(4) or "").strip()
+            if msg:
+                f.setdefault("efa_error", msg[:160])
+        elif rule == "efa_av":
+            f.setdefault("efa_error", m.group(0)[len("NET/OFI "):][:160])
+        elif rule == "efa_endpoint":
+            f.setdefault("efa_error", m.group(0)[len("NET/OFI "):][:160])
+        elif rule == "ib_completion":
             f.setdefault("peer", m.group(1))
             f.setdefault("ib_status", int(m.group(2)))
             f.setdefault("vendor_err", int(m.group(3)))
@@ -109,6 +129,8 @@ class NcclErrorParser(Parser):
             f["ib_status_meaning"] = meaning
         elif rule == "ib_setup":
             title += f": {f['ibv_call']} failed" + (f" ({f['ibv_error']})" if f.get("ibv_error") else "")
+        elif rule.startswith("efa") and f.get("efa_error"):
+            title += f": {f['efa_error']}" + (f" (RC {f['rc']})" if "rc" in f else "")
         elif rule == "cuda_failure":
             title += f": {f['cuda_error']}"
         elif f.get("error_code"):

@@ -22,6 +22,7 @@ _EXPECT = (
     ("efa_platform", rx(r"Running on [Pp]\d\w* platform|FI_PROVIDER|provider_filter|NET/OFI")),
 )
 _PROVIDER = rx(r"Couldn't find any optimal provider|fi_getinfo(?: failed)?:? ?-61|Could not find a valid provider"
+               r"|fi_getinfo: provider efa output empty list"
                r"|No providers? (?:found|available)|OFI NCCL failure|Unable to find (?:a |any )?provider")
 _EFA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200")
 
@@ -31,7 +32,7 @@ class TransportParser(Parser):
     triggers = ("NET/Socket", "Using network", "Using internal Network", "Selected Provider", "Selected provider",
                 "via NET/Socket", "NET/IB", "NET/OFI", "ibv_open_device", "P2P plugin", "Loaded net plugin", "Plugin Path",
                 "NCCL_IB_DISABLE", "platform", "FI_PROVIDER", "provider_filter", "optimal provider", "fi_getinfo",
-                "valid provider", "No provider", "OFI NCCL failure", "find a provider", "find any provider")
+                "valid provider", "output empty list", "No provider", "OFI NCCL failure", "find a provider", "find any provider")
 
     def __init__(self) -> None:
         self.sock_ev = EvidenceBox()
