@@ -19,8 +19,8 @@ _OLD = rx(r"\(GPU (\d+); " + _SIZE + r" total capacity; " + _SIZE + r" already a
           r"(?: " + _SIZE + r" (?:reserved in total by PyTorch|cached))?")
 _NEW_TOTAL = rx(r"GPU (\d+) has a total capacity of " + _SIZE + r" of which " + _SIZE + r" is free")
 _NEW_INUSE = rx(r"(?:Process \d+ has|this process has) " + _SIZE + r" memory in use")
-_NEW_ALLOC = rx(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch, and " + _SIZE +
-                r" is reserved by PyTorch but unallocated")
+_NEW_ALLOC = rx(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch,(?: with " + _SIZE +
+                r" allocated in private pools \([^)]*\),)? and " + _SIZE + r" is reserved by PyTorch but unallocated")
 _PHASES = (
     ("nccl_init", rx(r"init\.cu|init\.cc|ncclCommInit|init_process_group|new_group")),
     ("backward", rx(r"\.backward\(|autograd/__init__\.py.*backward|in backward\b|_engine_run_backward")),
@@ -88,7 +88,9 @@ class OomParser(Parser):
             f["process_in_use_gib"] = _gib(m, 1)
         m = search(_NEW_ALLOC, text)
         if m:
-            f["allocated_gib"], f["reserved_unallocated_gib"] = _gib(m, 1), _gib(m, 3)
+            f["allocated_gib"], f["reserved_unallocated_gib"] = _gib(m, 1), _gib(m, 5)
+            if m.group(3):
+                f["private_pools_gib"] = _gib(m, 3)
         self.facts.update({k: v for k, v in f.items() if v is not None})
 
     def _phase(self, hit: Hit, kind: str) -> str | None:
