@@ -189,17 +189,13 @@ def cmd_report(args, settings: Settings) -> int:
 
 
 def _schedule_reports(settings: Settings, triage, app) -> None:
-    import tempfile
-    from datetime import datetime, timedelta, timezone
-    from pathlib import Path
+    from datetime import datetime, timezone
 
     from bot import report
     from bot.report.schedule import Cron, Scheduler
 
     def job():
-        now = datetime.now(timezone.utc)
-        rep = report.make(triage.store, now - timedelta(days=7), now, Path(tempfile.mkdtemp(prefix="triage-report-")))
-        report.post(app.client, settings.report_channel, rep)
+        report.post(app.client, settings.report_channel, report.last_week(triage.store))
 
     Scheduler(Cron(settings.report_cron, settings.tz), job, datetime.now(timezone.utc)).start(
         lambda: datetime.now(timezone.utc))

@@ -25,7 +25,6 @@ CAUSES = {
     "nccl_error": ("gpu_xid", "nvlink_inactive", "version_mismatch", "cuda_oom", "efa_mr_registration",
                    "efa_provider_missing"),
     "tcp_fallback": ("efa_provider_missing", "version_mismatch"),
-    "loss_spike": (),
 }
 
 

@@ -53,18 +53,14 @@ class Settings(BaseModel):
     tz: str = "UTC"
     report_channel: str | None = None
 
-    @field_validator("report_cron")
+    @field_validator("report_cron", "tz")
     @classmethod
-    def _cron(cls, v: str):
+    def _schedule(cls, v: str, info):
         from bot.report.schedule import Cron
-        Cron(v)
-        return v
-
-    @field_validator("tz")
-    @classmethod
-    def _tz(cls, v: str):
-        from bot.report.schedule import Cron
-        Cron("0 9 * * 1", v)
+        if info.field_name == "report_cron":
+            Cron(v)
+        else:
+            Cron("0 9 * * 1", v)
         return v
 
     @field_validator("llm")

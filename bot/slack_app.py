@@ -189,18 +189,11 @@ class SlackBot:
                 log.warning("could not attach the full diagnosis: %s", type(e).__name__)
 
     def _post_report(self, client: WebClient, channel: str, respond) -> None:
-        import tempfile
-        from datetime import datetime, timedelta, timezone
-        from pathlib import Path
-
         from bot import report
         if self.triage.store is None:
             respond(text="No store is configured, so there is nothing to report.", response_type="ephemeral")
             return
-        now = datetime.now(timezone.utc)
-        rep = report.make(self.triage.store, now - timedelta(days=7), now,
-                          Path(tempfile.mkdtemp(prefix="triage-report-")))
-        report.post(client, channel, rep)
+        report.post(client, channel, report.last_week(self.triage.store))
 
     def _question_blocks(self, question: str, lang: str) -> list[dict]:
         sections = self.triage.runbook.search(question)
@@ -266,8 +259,7 @@ class SlackBot:
                 client.chat_postMessage(channel=channel, thread_ts=root, text=(
                     "No known failure found in this thread's logs and files." if results
                     else "I found no log in this thread. Paste one or attach a .log/.txt/.gz file and mention me."))
-        if notes:
-            client.chat_postMessage(channel=channel, thread_ts=root, text="Notes: " + "; ".join(notes[:10]))
+        self._post_notes(client, channel, root, notes)
 
     def ack_shortcut(self, ack) -> None:
         ack()
@@ -282,11 +274,9 @@ class SlackBot:
                                       text=NOT_HERE if not self.allowed(channel) else self.limiter.message(user))
             return
         inputs, notes = message_inputs(msg, self.token, self.settings.max_file_bytes, self.hosts, "message")
-        if not inputs and message_text(msg.get("text", "")):
-            inputs = [Input("message (pasted text)", message_text(msg.get("text", "")).encode())]
-        meta = {"source": "shortcut", "team": body.get("team", {}).get("id", ""), "channel": channel,
-                "user": body.get("user", {}).get("id", ""), "thread_ts": root or ""}
-        lang = self.lang(client, body.get("user", {}).get("id"))
+        meta = {"source": "shortcut", "team": body.get("team", {}).get("id", ""), "channel": channel, "user": user,
+                "thread_ts": root or ""}
+        lang = self.lang(client, user)
         results = self._diagnose_inputs(inputs, meta, lang)
         posted = False
         for inp, d, did, err in results:
@@ -297,6 +287,10 @@ class SlackBot:
             posted = True
         if not posted:
             client.chat_postMessage(channel=channel, thread_ts=root, text="I found no log in that message.")
+        self._post_notes(client, channel, root, notes)
+
+    @staticmethod
+    def _post_notes(client: WebClient, channel: str, root: str, notes: list[str]) -> None:
         if notes:
             client.chat_postMessage(channel=channel, thread_ts=root, text="Notes: " + "; ".join(notes[:10]))
 
@@ -312,13 +306,14 @@ class SlackBot:
             did_s, symptom = action["value"], None
             vote = "up" if action["action_id"] == "triage_vote_up" else "down"
         store = self.triage.store
-        if store is None or not did_s.isdigit() or store.get(int(did_s)) is None:
+        row = store.get(int(did_s)) if store is not None and did_s.isdigit() else None
+        if row is None:
             return
         did = int(did_s)
         store.vote(did, user, vote, symptom)
         d = store.diagnosis(did)
-        channel = body.get("channel", {}).get("id") or store.get(did)["channel"]
-        ts = body.get("message", {}).get("ts") or store.get(did)["message_ts"]
+        channel = body.get("channel", {}).get("id") or row["channel"]
+        ts = body.get("message", {}).get("ts") or row["message_ts"]
         if d is None or not channel or not ts:
             return
         blocks, _ = kit.diagnosis_blocks(d, did, self.settings.runbook_url, vote=kit.vote_blocks(vote, user, symptom))

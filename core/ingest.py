@@ -45,7 +45,7 @@ class Source:
             blocks = _prepend(first, blocks)
         elif head[:4] == b"PK\x03\x04":
             raise UnusableInput(f"{self.name}: a zip archive inside an archive; unpack it first")
-        blocks, head = _decode_to_utf8(blocks, head, self.name)
+        blocks, head = _decode_to_utf8(blocks, head)
         _check_text(head, self.name)
         yield from _align(_cap(blocks, self), self)
 
@@ -156,7 +156,7 @@ def _gunzip(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:
         src.notes.append("gzip file ends early (truncated download?)")
 
 
-def _decode_to_utf8(blocks: Iterator[bytes], head: bytes, name: str) -> tuple[Iterator[bytes], bytes]:
+def _decode_to_utf8(blocks: Iterator[bytes], head: bytes) -> tuple[Iterator[bytes], bytes]:
     for bom, enc in ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")):
         if head.startswith(bom):
             def transcode(blocks=blocks, enc=enc, bom=bom):

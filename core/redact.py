@@ -60,11 +60,7 @@ class Masker:
     def mask(self, text: str) -> str:
         if not text:
             return text
-        rules = SECRETS + (IDENTIFIERS if self.identifiers else ())
-        for kind, pat, grp in rules:
-            if kind == "ACCOUNT_ID" and not _ACCOUNT_CONTEXT.search(text):
-                continue
-            text = _sub(pat, grp, text, lambda real, kind=kind: self._placeholder(kind, real))
+        text = _apply(SECRETS + (IDENTIFIERS if self.identifiers else ()), text, self._placeholder)
         if self.identifiers:
             for lit in sorted(self.literals, key=len, reverse=True):
                 if lit in text:
@@ -76,6 +72,15 @@ class Masker:
         for real, ph in sorted(self.forward.items(), key=lambda kv: -len(kv[1])):
             text = text.replace(ph, real)
         return text
+
+
+def _apply(rules, text: str, placeholder) -> str:
+    """Every rule over the text; `placeholder(kind, real)` gives what replaces each sensitive value."""
+    for kind, pat, grp in rules:
+        if kind == "ACCOUNT_ID" and not _ACCOUNT_CONTEXT.search(text):
+            continue
+        text = _sub(pat, grp, text, lambda real, kind=kind: placeholder(kind, real))
+    return text
 
 
 def _sub(pat: re.Pattern, grp: int, text: str, repl) -> str:
@@ -93,9 +98,4 @@ def mask_secrets(text: str) -> str:
         return text
     if not _HINT_RE.search(text.lower()):
         return text
-    out = text
-    for kind, pat, grp in SECRETS:
-        if kind == "ACCOUNT_ID" and not _ACCOUNT_CONTEXT.search(out):
-            continue
-        out = _sub(pat, grp, out, lambda real, kind=kind: f"<{kind}>")
-    return out
+    return _apply(SECRETS, text, lambda kind, real: f"<{kind}>")

@@ -44,9 +44,7 @@ _FLAG = rx(r"(?<!\S)--([a-z][a-z0-9-]+)(?:[ =]([^\s-][^\s]*|-?\d[^\s]*))?")
 _PARAMS = rx(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)"
              r"|(?:Number of trainable parameters|Total params|total parameters)\s*[=:]\s*([\d,]+)")
 _ENV = rx(r"\b((?:NCCL|FI|RDMAV|TORCH_NCCL|PYTORCH_CUDA)_[A-Z0-9_]+)(?:=| set by environment to )([^\s,;'\"]+)")
-_COMM_LINE = rx(r"^(?:\S+:\s+)*(?:\[\d+,\d+\]<std\w+>:)?(?:([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO )?.*?"
-                r"\bcomm 0x[0-9a-f]+ rank (\d+) nranks (\d+)\b")
-_COMM_RANK = rx(r"\bcomm 0x[0-9a-f]+ rank (\d+) nranks (\d+)")
+_COMM_RANK = rx(r"\bcomm 0x[0-9a-fA-F]+ rank (\d+) nranks (\d+)")
 _NRANKS = rx(r"\bnranks (\d+)\b|\bworld[_ ]size[=: ]+(\d+)|\bWORLD_SIZE=(\d+)")
 _INSTANCE = rx(r"\b(p4de?|p5en|p5e|p5|p6-b200|p6-b300|p6e-gb200|g5|g6e?)\.\d*x?large\b|Running on (\w+)[\w.-]* platform")
 
@@ -97,14 +95,17 @@ class ContextParser(Parser):
         return sample.count(b" nranks ") >= 200
 
     def feed_bulk(self, no: int, m) -> None:
-        world = int(m.group(2))
+        buf = m.string
+        self._comm(int(m.group(1)), int(m.group(2)),
+                   lambda: buf[buf.rfind(b"\n", 0, m.start()) + 1:m.end()].decode("utf-8", "replace"))
+
+    def _comm(self, rank: int, world: int, line) -> None:
+        """One communicator line: the world size, and the host of a rank not seen before (`line()` gives its text,
+        decoded only then)."""
         if world > (self.world or 0):
             self.world = world
-        rank = int(m.group(1))
         if rank not in self.rank_hosts and len(self.rank_hosts) < 4096:
-            buf = m.string
-            line = buf[buf.rfind(b"\n", 0, m.start()) + 1:m.end()].decode("utf-8", "replace")
-            h = host_of(line)
+            h = host_of(line())
             if h:
                 self.hosts.add(h)
                 self.rank_hosts[rank] = h
@@ -121,22 +122,14 @@ class ContextParser(Parser):
     def feed(self, hit: Hit) -> None:
         t = hit.text
         if "comm 0x" in t and " nranks " in t:  # the most frequent line in NCCL INFO logs: rank, size, host only
-            m = search(_COMM_LINE, t)
+            m = search(_COMM_RANK, t)
             if m:
-                self.world = max(self.world or 0, int(m.group(3)))
-                host = m.group(1)
-                if host:
-                    self.hosts.add(host)
-                    if len(self.rank_hosts) < 4096:
-                        self.rank_hosts.setdefault(int(m.group(2)), host)
+                self._comm(int(m.group(1)), int(m.group(2)), lambda: t)
                 return
-        if "NCCL" in t or "OFI" in t or "comm 0x" in t:
+        if "NCCL" in t or "OFI" in t:
             h = host_of(t)
             if h:
                 self.hosts.add(h)
-                m = search(_COMM_RANK, t) if "comm 0x" in t else None
-                if m and len(self.rank_hosts) < 4096:
-                    self.rank_hosts.setdefault(int(m.group(1)), h)
         for key, guards, pat in _VERSION_RULES:
             if not any(g in t for g in guards):
                 continue

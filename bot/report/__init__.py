@@ -30,6 +30,14 @@ def make(store: Store, since: datetime, until: datetime, out: Path) -> Report:
     return Report(data, md, pngs)
 
 
+def last_week(store: Store) -> Report:
+    """The report for the 7 days up to now, written to a fresh temporary directory (for posting)."""
+    import tempfile
+    from datetime import timedelta, timezone
+    now = datetime.now(timezone.utc)
+    return make(store, now - timedelta(days=7), now, Path(tempfile.mkdtemp(prefix="triage-report-")))
+
+
 def post(client, channel: str, report: Report, thread_ts: str | None = None) -> None:
     """A summary message plus report.md and the charts as files (one files_upload_v2 call)."""
     resp = client.chat_postMessage(channel=channel, text=report.summary, thread_ts=thread_ts)
