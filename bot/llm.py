@@ -99,9 +99,9 @@ def payload(d: Diagnosis, runbook: Runbook, masker: Masker) -> tuple[dict[str, A
         for s in f.steps:
             sid = f"{i}.{s.id}"
             steps.append({"id": sid, "finding": i, "owner": s.owner, "text": s.text,
-                          "changes": [c.model_dump(by_alias=True, exclude_none=True) for c in s.changes],
+                          "changes": [{k: v for k, v in c.to_dict().items() if v is not None} for c in s.changes],
                           "cite": s.cite})
-            said = [s.text] + [json.dumps(c.model_dump(by_alias=True), ensure_ascii=False) for c in s.changes]
+            said = [s.text] + [json.dumps(c.to_dict(), ensure_ascii=False) for c in s.changes]
             material += said
             own += said
     hosts = set(d.job.get("hosts", []))

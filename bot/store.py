@@ -183,7 +183,7 @@ class Store:
 
     def diagnosis(self, diagnosis_id: int) -> Diagnosis | None:
         row = self.get(diagnosis_id)
-        return Diagnosis.model_validate(json.loads(row["diagnosis_json"])) if row else None
+        return Diagnosis.from_dict(json.loads(row["diagnosis_json"])) if row else None
 
     def vote(self, diagnosis_id: int, user: str, vote: str, symptom: str | None = None) -> None:
         db = self.db

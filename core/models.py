@@ -1,9 +1,13 @@
-"""The typed contract every layer shares: parsers emit Findings, playbooks attach Steps, bot renders a Diagnosis."""
+"""The typed contract every layer shares: parsers emit Findings, playbooks attach Steps, bot renders a Diagnosis.
+
+Plain standard-library dataclasses, not pydantic: these are built by our own code on every diagnosis, and a
+one-shot `triage diagnose` should not pay pydantic's model machinery at start-up (issue 6). The enumerated
+fields are still checked when an object is made, and `Diagnosis.from_dict` reads back what `to_json_dict` wrote
+(the store), refusing unknown keys."""
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 SCHEMA = "triage.diagnosis/v1"
 
@@ -12,81 +16,155 @@ SYMPTOMS = (
     "fork_enomem", "loss_spike", "loss_nan", "gpu_xid", "nvlink_inactive", "version_mismatch", "moe_imbalance",
 )
 
-Severity = Literal["critical", "error", "warning"]
-Owner = Literal["ml", "infra"]
-ChangeKind = Literal["env", "flag", "config", "command"]
+SEVERITIES = ("critical", "error", "warning")
+OWNERS = ("ml", "infra")
+CHANGE_KINDS = ("env", "flag", "config", "command")
 Scalar = str | int | float | bool | None
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _one_of(value: Any, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"{what} must be one of {', '.join(allowed)}, not {value!r}")
 
 
-class Evidence(_Model):
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
+    return data
+
+
+@dataclass(slots=True, kw_only=True)
+class Evidence:
     line: int
     text: str
 
 
-class Change(_Model):
-    kind: ChangeKind
+@dataclass(slots=True, kw_only=True)
+class Change:
+    kind: str
     name: str
     to: Scalar = None
-    from_: Scalar = Field(default=None, alias="from")
+    from_: Scalar = None      # "from" in JSON
     note: str | None = None
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    def __post_init__(self) -> None:
+        _one_of(self.kind, CHANGE_KINDS, "Change.kind")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "name": self.name, "to": self.to}
+        if self.from_ is not None:
+            out["from"] = self.from_
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Change":
+        data = dict(data)
+        if "from" in data:
+            data["from_"] = data.pop("from")
+        return cls(**_known(cls, data))
 
 
-class Step(_Model):
+@dataclass(slots=True, kw_only=True)
+class Step:
     id: str
-    owner: Owner
+    owner: str
     text: str
-    changes: list[Change] = []
-    cite: list[str] = []
+    changes: list[Change] = field(default_factory=list)
+    cite: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _one_of(self.owner, OWNERS, "Step.owner")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "owner": self.owner, "text": self.text,
+                "changes": [c.to_dict() for c in self.changes], "cite": list(self.cite)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Step":
+        data = _known(cls, dict(data))
+        data["changes"] = [Change.from_dict(c) for c in data.get("changes", [])]
+        return cls(**data)
 
 
-class Finding(_Model):
+@dataclass(slots=True, kw_only=True)
+class Finding:
     symptom: str
     rule: str
     title: str
-    severity: Severity
+    severity: str
     confidence: float
-    evidence: list[Evidence] = []
-    facts: dict[str, Any] = {}
+    evidence: list[Evidence] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
     caused_by: str | None = None
-    steps: list[Step] = []
-    first_line: int = 0  # where the failure first shows; used to order root causes in time
+    steps: list[Step] = field(default_factory=list)
+    first_line: int = 0  # where the failure first shows; used to order root causes in time (not in the JSON)
+
+    def __post_init__(self) -> None:
+        _one_of(self.severity, SEVERITIES, "Finding.severity")
+        self.evidence = list(self.evidence)   # never alias a parser's own list
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"symptom": self.symptom, "rule": self.rule, "title": self.title,
+                               "severity": self.severity, "confidence": self.confidence,
+                               "evidence": [asdict(e) for e in self.evidence], "facts": _copy(self.facts)}
+        if self.caused_by is not None:
+            out["caused_by"] = self.caused_by
+        out["steps"] = [s.to_dict() for s in self.steps]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Finding":
+        data = _known(cls, dict(data))
+        data["evidence"] = [Evidence(**e) for e in data.get("evidence", [])]
+        data["steps"] = [Step.from_dict(s) for s in data.get("steps", [])]
+        return cls(**data)
 
 
-class InputInfo(_Model):
+@dataclass(slots=True, kw_only=True)
+class InputInfo:
     name: str
     bytes: int
     lines: int
     truncated: bool = False
-    notes: list[str] = []   # what was skipped or capped, in words
+    notes: list[str] = field(default_factory=list)   # what was skipped or capped, in words
 
 
-class Diagnosis(_Model):
-    schema_: str = Field(default=SCHEMA, alias="schema")
+@dataclass(slots=True, kw_only=True)
+class Diagnosis:
     input: InputInfo
-    versions: dict[str, str | None] = {}
-    job: dict[str, Any] = {}
-    findings: list[Finding] = []
-    benchmarks: list[dict[str, Any]] = []   # parsed nccl-tests tables
-    unclaimed: list[dict[str, Any]] = []    # error-looking line templates no parser explained
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    versions: dict[str, str | None] = field(default_factory=dict)
+    job: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    benchmarks: list[dict[str, Any]] = field(default_factory=list)   # parsed nccl-tests tables
+    unclaimed: list[dict[str, Any]] = field(default_factory=list)    # error-looking line templates no parser explained
+    schema_: str = SCHEMA     # "schema" in JSON
 
     def to_json_dict(self) -> dict[str, Any]:
-        data = self.model_dump(by_alias=True, exclude_none=False)
-        for f in data["findings"]:
-            f.pop("first_line", None)
-            if f.get("caused_by") is None:
-                f.pop("caused_by", None)
-            for step in f["steps"]:
-                for ch in step["changes"]:
-                    if ch.get("from") is None:
-                        ch.pop("from", None)
-                    if ch.get("note") is None:
-                        ch.pop("note", None)
-        return data
+        return {"schema": self.schema_, "input": asdict(self.input), "versions": dict(self.versions),
+                "job": _copy(self.job), "findings": [f.to_dict() for f in self.findings],
+                "benchmarks": _copy(self.benchmarks), "unclaimed": _copy(self.unclaimed)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Diagnosis":
+        data = dict(data)
+        if "schema" in data:
+            data["schema_"] = data.pop("schema")
+        data = _known(cls, data)
+        if data.get("schema_", SCHEMA) != SCHEMA:
+            raise ValueError(f"Diagnosis: unsupported schema {data['schema_']!r}")
+        data["input"] = InputInfo(**data["input"])
+        data["findings"] = [Finding.from_dict(f) for f in data.get("findings", [])]
+        return cls(**data)
+
+
+def _copy(v: Any) -> Any:
+    """A deep copy of JSON-shaped data, so a dumped dict never aliases the live diagnosis."""
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_copy(x) for x in v]
+    return v

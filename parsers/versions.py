@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.models import Finding
+from core.models import Evidence, Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rx, search
 
 _RULES = (
@@ -76,7 +76,7 @@ class VersionParser(Parser):
                 symptom="version_mismatch", rule="version_mismatch.ranks_disagree", severity="error", confidence=0.85,
                 title="Ranks run different versions of " + ", ".join(
                     f"{k} ({' vs '.join(sorted(drift[k]))})" for k in comp),
-                evidence=[{"line": line, "text": text} for line, text in ev[:5]],
+                evidence=[Evidence(line=line, text=text) for line, text in ev[:5]],
                 facts={"differing": {k: sorted(drift[k]) for k in comp}}, first_line=ev[0][0]))
         return out
 

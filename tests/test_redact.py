@@ -1,4 +1,6 @@
 """Each masking rule, one by one, plus near-misses that must stay untouched."""
+import json
+
 import pytest
 
 from core.redact import Masker, mask_secrets
@@ -50,7 +52,7 @@ def test_evidence_from_a_log_full_of_secrets_is_masked(run):
            "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. token=abcdef123456 "
            "GPU 0 has a total capacity of 79.15 GiB of which 1.00 GiB is free.\n")
     d = run(log)
-    dumped = d.model_dump_json()
+    dumped = json.dumps(d.to_json_dict())
     assert "abcdef123456" not in dumped and d.findings[0].facts["free_gib"] == 1.0
 
 
