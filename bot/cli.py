@@ -14,17 +14,17 @@ def _books(settings: Settings) -> list[Book]:
     """Built-in playbooks plus TRIAGE_PLAYBOOKS; a user playbook citing a missing runbook section fails here
     (the built-in ones are checked by the test suite, so start-up does not pay for it)."""
     from playbooks.engine import BUILTIN, load
-    books = load(settings.playbooks)
+    books = load(settings.playbooks, cache=settings.cache_dir / "playbooks")
     users = [b for b in books if b.path.parent != BUILTIN]
     if not users:
         return books
     from knowledge.runbook import load as load_runbook
     runbook = load_runbook()
     for b in users:
-        for step in b.playbook.steps:
-            for cite in step.cite:
+        for step in b.playbook["steps"]:
+            for cite in step["cite"]:
                 if cite not in runbook:
-                    raise PlaybookError(f"{b.path}: step {step.id} cites '{cite}', which is not a runbook section")
+                    raise PlaybookError(f"{b.path}: step {step['id']} cites '{cite}', which is not a runbook section")
     return books
 
 
@@ -192,7 +192,7 @@ def _schedule_reports(settings: Settings, triage, app) -> None:
     from datetime import datetime, timezone
 
     from bot import report
-    from bot.report.schedule import Cron, Scheduler
+    from bot.schedule import Cron, Scheduler
 
     def job():
         report.post(app.client, settings.report_channel, report.last_week(triage.store))

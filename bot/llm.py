@@ -13,16 +13,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import SecretStr, ValidationError
+from pydantic import ValidationError
 
 from bot.guard import Allowed, PhrasedAnswer, check, numbers_in, tokens_in, value_keys
+from bot.settings import PROVIDERS, LLMConfig
 from core.models import Diagnosis
 from core.redact import Masker
 from knowledge.runbook import Runbook
 
 log = logging.getLogger("triage.llm")
-PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "bedrock": "bedrock_converse",
-             "bedrock_converse": "bedrock_converse", "ollama": "openai", "vllm": "openai"}
 LANG_NAMES = {"en": "English", "ko": "Korean (한국어)"}
 
 SYSTEM = """You rewrite a troubleshooting diagnosis for the engineer who asked, in {language}.
@@ -39,26 +38,6 @@ Reply with one JSON object only:
 {{"summary": "<2-4 sentences: the root cause and what follows from it>",
   "steps": [{{"id": "<step id>", "text": "<the step in {language}>"}}],
   "citations": ["<section id>", ...]}}"""
-
-
-@dataclass
-class LLMConfig:
-    provider: str
-    model: str
-    base_url: str | None = None
-    api_key: SecretStr | None = None
-    timeout: float = 20.0
-
-    @property
-    def label(self) -> str:
-        return f"{self.provider}:{self.model}"
-
-    @classmethod
-    def parse(cls, spec: str, base_url: str | None, api_key: str | None, timeout: float) -> "LLMConfig":
-        provider, sep, model = spec.partition(":")
-        if not sep or not model or provider not in PROVIDERS:
-            raise ValueError(f"must look like provider:model with provider one of {', '.join(sorted(PROVIDERS))}")
-        return cls(provider, model, base_url, SecretStr(api_key) if api_key else None, timeout)
 
 
 def build_model(cfg: LLMConfig):

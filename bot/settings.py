@@ -1,21 +1,19 @@
-"""One pydantic Settings object, built from the environment and passed explicitly to whatever needs it."""
+"""One Settings object, built from the environment and passed explicitly to whatever needs it.
+
+A frozen standard-library dataclass checked field by field in `from_env` (not a pydantic model: every `triage`
+command builds it, and pydantic's model machinery alone costs more start-up than the whole 50-line diagnosis —
+issue 6). Secrets are `Secret`s whose repr never shows the value. A bad value raises SettingsError naming the
+environment variable, which the CLI prints as one line with exit code 2."""
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-
-ENV = {
-    "TRIAGE_DB": "db", "TRIAGE_MAX_BYTES": "max_bytes", "TRIAGE_PLAYBOOKS": "playbooks",
-    "TRIAGE_ALLOWED_CHANNELS": "allowed_channels", "TRIAGE_RUNBOOK_URL": "runbook_url",
-    "TRIAGE_MAX_FILE_BYTES": "max_file_bytes", "SLACK_BOT_TOKEN": "slack_bot_token",
-    "SLACK_SIGNING_SECRET": "slack_signing_secret", "SLACK_APP_TOKEN": "slack_app_token",
-    "SLACK_API_BASE_URL": "slack_api_base_url", "TRIAGE_LLM": "llm", "TRIAGE_LLM_BASE_URL": "llm_base_url",
-    "TRIAGE_LLM_API_KEY": "llm_api_key", "TRIAGE_LLM_TIMEOUT": "llm_timeout",
-    "TRIAGE_RATE_LIMIT": "rate_limit", "TRIAGE_REPORT_CRON": "report_cron", "TRIAGE_TZ": "tz", "TRIAGE_REPORT_CHANNEL": "report_channel",
-}
-FIELD_TO_ENV = {v: k for k, v in ENV.items()}
+PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "bedrock": "bedrock_converse",
+             "bedrock_converse": "bedrock_converse", "ollama": "openai", "vllm": "openai"}
 
 
 class SettingsError(Exception):
@@ -26,94 +24,180 @@ class StoreError(SettingsError):
     """TRIAGE_DB cannot be opened or written."""
 
 
+class Secret:
+    """A token or key: `get_secret_value()` gives it; repr/str never do (safe in logs and tracebacks)."""
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get_secret_value(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('**********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    provider: str
+    model: str
+    base_url: str | None = None
+    api_key: Secret | None = None
+    timeout: float = 20.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.provider}:{self.model}"
+
+    @classmethod
+    def parse(cls, spec: str, base_url: str | None, api_key: str | None, timeout: float) -> "LLMConfig":
+        provider, sep, model = spec.partition(":")
+        if not sep or not model or provider not in PROVIDERS:
+            raise ValueError(f"must look like provider:model with provider one of {', '.join(sorted(PROVIDERS))}")
+        return cls(provider, model, base_url, Secret(api_key) if api_key else None, timeout)
+
+
 def _default_db() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
     return Path(base) / "train-triage" / "triage.db"
 
 
-class Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "train-triage"
 
-    db: Path = Field(default_factory=_default_db)
-    playbooks: list[str] = []
-    max_bytes: int = Field(default=4 << 30, gt=0)
-    max_file_bytes: int = Field(default=512 << 20, gt=0)
-    allowed_channels: list[str] = []
+
+# --- one parser per kind of value; each raises ValueError with the message shown after the variable name ---
+
+def _positive_int(v: str) -> int:
+    try:
+        n = int(v.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"must be a whole number, not {v!r}") from None
+    if n <= 0:
+        raise ValueError("must be greater than 0")
+    return n
+
+
+def _seconds(v: str) -> float:
+    try:
+        n = float(v)
+    except ValueError:
+        raise ValueError(f"must be a number of seconds, not {v!r}") from None
+    if not 0 < n <= 600:
+        raise ValueError("must be more than 0 and at most 600 seconds")
+    return n
+
+
+def _url(v: str) -> str:
+    if not v.startswith(("http://", "https://")):
+        raise ValueError("must be an http(s) URL")
+    return v if v.endswith("/") else v + "/"
+
+
+def _token(prefix: str, kind: str) -> Callable[[str], Secret]:
+    def parse(v: str) -> Secret:
+        if not v.startswith(prefix):
+            raise ValueError(f"must be {kind} starting with {prefix}")
+        return Secret(v)
+    return parse
+
+
+def _rate(v: str) -> str:
+    if not re.fullmatch(r"\d+/\d+", v):
+        raise ValueError("must look like COUNT/SECONDS, e.g. 20/60")
+    return v
+
+
+def _cron(v: str) -> str:
+    from bot.schedule import Cron
+    Cron(v)
+    return v
+
+
+def _tz(v: str) -> str:
+    from bot.schedule import Cron
+    Cron("0 9 * * 1", v)
+    return v
+
+
+def _llm(v: str) -> str:
+    LLMConfig.parse(v, None, None, 1.0)
+    return v
+
+
+def _paths(v: str) -> list[str]:
+    return [p for p in v.split(os.pathsep) if p]
+
+
+def _channels(v: str) -> list[str]:
+    return [c.strip() for c in v.replace(" ", ",").split(",") if c.strip()]
+
+
+# environment variable -> (field, parser)
+ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "TRIAGE_DB": ("db", Path), "TRIAGE_CACHE_DIR": ("cache_dir", Path), "TRIAGE_MAX_BYTES": ("max_bytes", _positive_int),
+    "TRIAGE_PLAYBOOKS": ("playbooks", _paths), "TRIAGE_ALLOWED_CHANNELS": ("allowed_channels", _channels),
+    "TRIAGE_RUNBOOK_URL": ("runbook_url", _url), "TRIAGE_MAX_FILE_BYTES": ("max_file_bytes", _positive_int),
+    "SLACK_BOT_TOKEN": ("slack_bot_token", _token("xoxb-", "a bot token")),
+    "SLACK_SIGNING_SECRET": ("slack_signing_secret", Secret),
+    "SLACK_APP_TOKEN": ("slack_app_token", _token("xapp-", "an app-level token")),
+    "SLACK_API_BASE_URL": ("slack_api_base_url", _url), "TRIAGE_LLM": ("llm", _llm),
+    "TRIAGE_LLM_BASE_URL": ("llm_base_url", _url), "TRIAGE_LLM_API_KEY": ("llm_api_key", Secret),
+    "TRIAGE_LLM_TIMEOUT": ("llm_timeout", _seconds), "TRIAGE_RATE_LIMIT": ("rate_limit", _rate),
+    "TRIAGE_REPORT_CRON": ("report_cron", _cron), "TRIAGE_TZ": ("tz", _tz), "TRIAGE_REPORT_CHANNEL": ("report_channel", str),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    db: Path = field(default_factory=_default_db)
+    cache_dir: Path = field(default_factory=_default_cache)   # validated playbooks, keyed by content hash
+    playbooks: list[str] = field(default_factory=list)
+    max_bytes: int = 4 << 30
+    max_file_bytes: int = 512 << 20
+    allowed_channels: list[str] = field(default_factory=list)
     runbook_url: str | None = None
-    slack_bot_token: SecretStr | None = None
-    slack_signing_secret: SecretStr | None = None
-    slack_app_token: SecretStr | None = None
+    slack_bot_token: Secret | None = None
+    slack_signing_secret: Secret | None = None
+    slack_app_token: Secret | None = None
     slack_api_base_url: str | None = None
     llm: str | None = None
     llm_base_url: str | None = None
-    llm_api_key: SecretStr | None = None
-    llm_timeout: float = Field(default=20.0, gt=0, le=600)
-    rate_limit: str = Field(default="20/60", pattern=r"^\d+/\d+$")
+    llm_api_key: Secret | None = None
+    llm_timeout: float = 20.0
+    rate_limit: str = "20/60"
     report_cron: str = "0 9 * * 1"
     tz: str = "UTC"
     report_channel: str | None = None
 
-    @field_validator("report_cron", "tz")
-    @classmethod
-    def _schedule(cls, v: str, info):
-        from bot.report.schedule import Cron
-        if info.field_name == "report_cron":
-            Cron(v)
-        else:
-            Cron("0 9 * * 1", v)
-        return v
-
-    @field_validator("llm")
-    @classmethod
-    def _llm(cls, v: str | None):
-        if v is not None:
-            from bot.llm import LLMConfig
-            LLMConfig.parse(v, None, None, 1.0)
-        return v
-
-    @field_validator("slack_bot_token", "slack_app_token")
-    @classmethod
-    def _token(cls, v: SecretStr | None, info):
-        kind, prefix = {"slack_bot_token": ("a bot token", "xoxb-"),
-                        "slack_app_token": ("an app-level token", "xapp-")}[info.field_name]
-        if v is not None and not v.get_secret_value().startswith(prefix):
-            raise ValueError(f"must be {kind} starting with {prefix}")
-        return v
-
-    @field_validator("slack_api_base_url", "runbook_url", "llm_base_url")
-    @classmethod
-    def _url(cls, v: str | None):
-        if v is not None and not v.startswith(("http://", "https://")):
-            raise ValueError("must be an http(s) URL")
-        if v is not None and not v.endswith("/"):
-            v += "/"
-        return v
-
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
         env = dict(os.environ if env is None else env)
-        raw: dict[str, object] = {}
-        for var, name in ENV.items():
-            val = env.get(var, "").strip()
-            if not val:
+        values: dict[str, Any] = {}
+        for var, (name, parse) in ENV.items():
+            raw = env.get(var, "").strip()
+            if not raw:
                 continue
-            if name == "playbooks":
-                raw[name] = [p for p in val.split(os.pathsep) if p]
-            elif name == "allowed_channels":
-                raw[name] = [c.strip() for c in val.replace(" ", ",").split(",") if c.strip()]
-            else:
-                raw[name] = val
-        try:
-            return cls.model_validate(raw)
-        except ValidationError as e:
-            err = e.errors()[0]
-            raise SettingsError(f"{FIELD_TO_ENV.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}") from None
+            try:
+                values[name] = parse(raw)
+            except ValueError as e:
+                raise SettingsError(f"{var}: {e}") from None
+        return cls(**values)
 
-    def llm_config(self):
+    def llm_config(self) -> LLMConfig | None:
         """The LLM to phrase answers with, or None when TRIAGE_LLM is unset."""
         if not self.llm:
             return None
-        from bot.llm import LLMConfig
         key = self.llm_api_key.get_secret_value() if self.llm_api_key else None
         return LLMConfig.parse(self.llm, self.llm_base_url, key, self.llm_timeout)
 

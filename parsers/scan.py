@@ -117,6 +117,20 @@ def make_backend(literals: list[bytes], prefer: str | None = None):
     return _ReBackend(literals)
 
 
+class _Owners(dict):
+    """literal -> the parsers it concerns. A matched literal also stands for every shorter trigger inside it
+    (scanner matches do not overlap); that closure is worked out the first time a literal matches, since most
+    of the few hundred literals never do in a given log."""
+
+    def __init__(self, direct: dict[bytes, set[int]]):
+        super().__init__()
+        self.direct = direct
+
+    def __missing__(self, lit: bytes) -> tuple[int, ...]:
+        who = self[lit] = tuple(sorted(set().union(*(ix for t, ix in self.direct.items() if t in lit))))
+        return who
+
+
 class Scanner:
     def __init__(self, parsers: Sequence[Parser], backend: str | None = None):
         self.parsers = parsers
@@ -134,9 +148,7 @@ class Scanner:
         for i, p in enumerate(self.parsers):
             for t in (p.bulk_triggers if i in bulk else p.triggers):
                 owners.setdefault(t.encode(), set()).add(i)
-        # A matched literal also stands for every shorter trigger inside it (regex matches do not overlap).
-        self.owners = {lit: tuple(sorted(set().union(*(ix for t, ix in owners.items() if t in lit))))
-                       for lit in owners}
+        self.owners = _Owners(owners)
         self.backend = make_backend(list(owners), self.backend_name)
 
     def _decide_bulk(self, buf: bytes) -> None:

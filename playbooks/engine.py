@@ -4,6 +4,7 @@ Pure: no I/O except loading the YAML files, no randomness, no clock. Conditions 
 `facts.*` (from the finding), `job.*` (settings seen in the log, plus the memory math), `versions.*` and `rule`."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -11,14 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
-from pydantic import ValidationError
-
 from core.models import Change, Finding, Step
-from playbooks.schema import ChangeSpec, Compute, Condition, Playbook, PlaybookFile
 
 BUILTIN = Path(__file__).parent
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when the wheel has it: 10x faster start-up
 MAX_STEPS = 12
 
 
@@ -28,19 +24,24 @@ class PlaybookError(Exception):
 
 @dataclass(frozen=True)
 class Book:
+    """One validated playbook as plain data: the pydantic schema's dump (every field present, `from` as `from_`,
+    a computed value as a dict)."""
     path: Path
-    playbook: Playbook
+    playbook: dict[str, Any]
 
 
-def load(extra_dirs: Iterable[str | Path] = ()) -> list[Book]:
-    """User directories come first so their steps win over built-in steps with the same id."""
+def load(extra_dirs: Iterable[str | Path] = (), cache: str | Path | None = None) -> list[Book]:
+    """User directories come first so their steps win over built-in steps with the same id.
+
+    Every file is validated against `playbooks/schema.py`. With `cache`, the validated form is kept there under a
+    hash of the file and the schema, so a later start-up with unchanged files skips YAML and pydantic entirely."""
     books: list[Book] = []
     for d in [*extra_dirs, BUILTIN]:
         d = Path(d)
         if not d.is_dir():
             raise PlaybookError(f"{d}: playbook directory does not exist")
         for path in sorted(d.glob("*.yaml")):
-            books.extend(Book(path, pb) for pb in _parse(path).playbooks)
+            books.extend(Book(path, pb) for pb in _validated(path, Path(cache) if cache else None)["playbooks"])
     return books
 
 
@@ -49,13 +50,43 @@ def load_from_env() -> list[Book]:
     return load(extra)
 
 
-def _parse(path: Path) -> PlaybookFile:
+def _validated(path: Path, cache: Path | None) -> dict[str, Any]:
+    raw = path.read_bytes()
+    if cache is None:
+        return _validate(path, raw)
+    import hashlib
+    key = hashlib.sha256((BUILTIN / "schema.py").read_bytes() + b"\0" + raw).hexdigest()
+    hit = cache / f"{key}.json"
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
-    except yaml.YAMLError as e:
+        data = json.loads(hit.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("playbooks"), list):
+            return data
+    except (OSError, ValueError):
+        pass
+    data = _validate(path, raw)
+    try:
+        import tempfile
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=cache, suffix=".tmp", delete=False, encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False)
+        os.replace(f.name, hit)
+    except OSError:
+        pass   # an unwritable cache only costs start-up time
+    return data
+
+
+def _validate(path: Path, raw: bytes) -> dict[str, Any]:
+    import yaml
+    from pydantic import ValidationError
+
+    from playbooks.schema import PlaybookFile
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when the wheel has it: 10x faster
+    try:
+        data = yaml.load(raw.decode("utf-8"), Loader=loader)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise PlaybookError(f"{path}: not valid YAML: {e}") from None
     try:
-        return PlaybookFile.model_validate(data)
+        return PlaybookFile.model_validate(data).model_dump()
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()[:3])
         raise PlaybookError(f"{path}: {problems}") from None
@@ -80,17 +111,17 @@ def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], b
     seen: set[str] = set()
     for book in books:
         pb = book.playbook
-        symptoms = pb.symptom if isinstance(pb.symptom, list) else [pb.symptom]
-        if finding.symptom not in symptoms or not _all(pb.when, scope):
+        symptoms = pb["symptom"] if isinstance(pb["symptom"], list) else [pb["symptom"]]
+        if finding.symptom not in symptoms or not _all(pb["when"], scope):
             continue
-        for spec in pb.steps:
-            if spec.id in seen or not _all(spec.when, scope):
+        for spec in pb["steps"]:
+            if spec["id"] in seen or not _all(spec["when"], scope):
                 continue
-            seen.add(spec.id)
-            changes = [_change(c, scope) for c in spec.changes if _all(c.when, scope)]
-            text = spec.text_ko if lang == "ko" and spec.text_ko else spec.text
-            steps.append(Step(id=spec.id, owner=spec.owner, text=_fill(text, scope), changes=changes,
-                              cite=list(spec.cite)))
+            seen.add(spec["id"])
+            changes = [_change(c, scope) for c in spec["changes"] if _all(c["when"], scope)]
+            text = spec["text_ko"] if lang == "ko" and spec["text_ko"] else spec["text"]
+            steps.append(Step(id=spec["id"], owner=spec["owner"], text=_fill(text, scope), changes=changes,
+                              cite=list(spec["cite"])))
     return steps[:MAX_STEPS]
 
 
@@ -109,53 +140,55 @@ def _version(v: Any) -> tuple[int, ...] | None:
     return tuple(int(n) for n in nums[:4]) if nums else None
 
 
-def _holds(c: Condition, scope: dict[str, Any]) -> bool:
-    v = lookup(scope, c.path)
-    if c.op == "exists":
+def _holds(c: dict[str, Any], scope: dict[str, Any]) -> bool:
+    op, v = c["op"], lookup(scope, c["path"])
+    if op == "exists":
         return v is not None
-    if c.op == "missing":
+    if op == "missing":
         return v is None
-    if c.op == "nonempty":
+    if op == "nonempty":
         return bool(v)
     if v is None:
         return False
-    want = c.value
-    if c.op == "in":
+    want = c["value"]
+    if op == "in":
         return v in want  # type: ignore[operator]
-    if c.op == "contains":
+    if op == "contains":
         return want in v if isinstance(v, (list, str, dict)) else False
-    if c.path.startswith("versions."):
+    if c["path"].startswith("versions."):
         v, want = _version(v), _version(want)
         if v is None or want is None:
             return False
     try:
         return {"eq": v == want, "ne": v != want, "lt": v < want, "le": v <= want, "gt": v > want,
-                "ge": v >= want}[c.op]
+                "ge": v >= want}[op]
     except TypeError:
         return False
 
 
-def _all(conds: list[Condition], scope: dict[str, Any]) -> bool:
+def _all(conds: list[dict[str, Any]], scope: dict[str, Any]) -> bool:
     return all(_holds(c, scope) for c in conds)
 
 
 def _value(spec: Any, scope: dict[str, Any]) -> Any:
-    if not isinstance(spec, Compute):
+    """A scalar as it is; a computed value (a dict in the validated form) from the scope."""
+    if not isinstance(spec, dict):
         return spec
-    op = next(k for k in ("ref", "halve", "double", "div", "add", "mul") if getattr(spec, k))
-    v = lookup(scope, getattr(spec, op))
+    op = next(k for k in ("ref", "halve", "double", "div", "add", "mul") if spec[k])
+    v = lookup(scope, spec[op])
     if v is None or (op != "ref" and not isinstance(v, (int, float))):
-        return spec.default
+        return spec["default"]
     if op == "ref":
         return v
-    out = {"halve": lambda: v / 2, "double": lambda: v * 2, "div": lambda: v / spec.by,
-           "add": lambda: v + spec.by, "mul": lambda: v * spec.by}[op]()
-    if spec.min is not None:
-        out = max(out, spec.min)
-    if spec.max is not None:
-        out = min(out, spec.max)
+    by, lo, hi = spec["by"], spec["min"], spec["max"]
+    out = {"halve": lambda: v / 2, "double": lambda: v * 2, "div": lambda: v / by,
+           "add": lambda: v + by, "mul": lambda: v * by}[op]()
+    if lo is not None:
+        out = max(out, lo)
+    if hi is not None:
+        out = min(out, hi)
     if isinstance(v, int) and op in ("halve", "div"):
-        out = max(int(out), int(spec.min) if spec.min is not None else 0)
+        out = max(int(out), int(lo) if lo is not None else 0)
     elif float(out).is_integer() and isinstance(v, int):
         out = int(out)
     else:
@@ -163,9 +196,9 @@ def _value(spec: Any, scope: dict[str, Any]) -> Any:
     return out
 
 
-def _change(c: ChangeSpec, scope: dict[str, Any]) -> Change:
-    return Change(kind=c.kind, name=_fill(c.name, scope), to=_value(c.to, scope),
-                  from_=_value(c.from_, scope), note=c.note)
+def _change(c: dict[str, Any], scope: dict[str, Any]) -> Change:
+    return Change(kind=c["kind"], name=_fill(c["name"], scope), to=_value(c["to"], scope),
+                  from_=_value(c["from_"], scope), note=c["note"])
 
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+(?:\.[A-Za-z0-9_]+)+)\}")

@@ -10,7 +10,7 @@ from playbooks.engine import PlaybookError, load
 
 def test_every_cite_resolves_to_a_runbook_section(books):
     rb = load_runbook()
-    cites = {c for b in books for s in b.playbook.steps for c in s.cite}
+    cites = {c for b in books for s in b.playbook["steps"] for c in s["cite"]}
     assert len(cites) > 40
     missing = sorted(c for c in cites if c not in rb)
     assert missing == []
@@ -19,14 +19,15 @@ def test_every_cite_resolves_to_a_runbook_section(books):
 def test_every_symptom_has_a_playbook_and_examples_trigger_it(books, run):
     from core.models import SYMPTOMS
     def symptoms(b):
-        return b.playbook.symptom if isinstance(b.playbook.symptom, list) else [b.playbook.symptom]
+        pb = b.playbook
+        return pb["symptom"] if isinstance(pb["symptom"], list) else [pb["symptom"]]
     assert {s for b in books for s in symptoms(b)} == set(SYMPTOMS)
     for b in books:
-        assert b.playbook.examples, f"{b.path}: {b.playbook.symptom} has no example"
-        for ex in b.playbook.examples:
+        assert b.playbook["examples"], f"{b.path}: {b.playbook['symptom']} has no example"
+        for ex in b.playbook["examples"]:
             d = run((FIXTURES / ex).read_bytes())
             assert d.findings[0].symptom in symptoms(b), ex
-            first_step = b.playbook.steps[0].id
+            first_step = b.playbook["steps"][0]["id"]
             assert any(s.id.split(".")[0] == first_step.split(".")[0] for s in d.findings[0].steps), ex
 
 
@@ -112,3 +113,70 @@ def test_user_playbook_citing_a_missing_section_is_refused_at_start(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", str(FIXTURES / "gpu_xid" / "xid79.log")],
                        capture_output=True, cwd=ROOT, env={**os.environ, "TRIAGE_PLAYBOOKS": str(tmp_path)})
     assert r.returncode == 2 and "gpu-health#no-such-section" in r.stderr.decode()
+
+
+def _team_playbook(text="Page the on-call."):
+    return textwrap.dedent(f"""
+        playbooks:
+          - symptom: fork_enomem
+            steps:
+              - id: fork_enomem.team_first
+                owner: infra
+                text: {text}
+                cite: [efa#fork-huge-pages]
+    """)
+
+
+def test_cached_playbooks_are_the_validated_ones(tmp_path, books):
+    cache = tmp_path / "cache"
+    cold = load(cache=cache)
+    assert len(list(cache.glob("*.json"))) == len({b.path for b in books})
+    warm = load(cache=cache)
+    assert [(b.path, b.playbook) for b in warm] == [(b.path, b.playbook) for b in cold] \
+        == [(b.path, b.playbook) for b in books]
+
+
+def test_an_edited_playbook_is_validated_again_even_with_a_warm_cache(tmp_path):
+    team, cache = tmp_path / "team", tmp_path / "cache"
+    team.mkdir()
+    (team / "t.yaml").write_text(_team_playbook())
+    assert load([team], cache=cache)[0].playbook["steps"][0]["text"] == "Page the on-call."
+    (team / "t.yaml").write_text(_team_playbook("Drain the node.").replace("owner: infra", "owner: nobody"))
+    with pytest.raises(PlaybookError) as e:
+        load([team], cache=cache)
+    assert "t.yaml" in str(e.value) and "owner" in str(e.value)
+    (team / "t.yaml").write_text(_team_playbook("Drain the node."))
+    assert load([team], cache=cache)[0].playbook["steps"][0]["text"] == "Drain the node."
+
+
+def test_a_corrupt_or_unwritable_cache_only_costs_time(tmp_path, books):
+    cache = tmp_path / "cache"
+    load(cache=cache)
+    for f in cache.glob("*.json"):
+        f.write_text('{"playbooks": [' if f.name < "8" else "[]")
+    assert [b.playbook for b in load(cache=cache)] == [b.playbook for b in books]
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    assert [b.playbook for b in load(cache=blocked / "cache")] == [b.playbook for b in books]
+
+
+def test_a_warm_diagnose_imports_neither_pydantic_nor_yaml_nor_the_interfaces(tmp_path):
+    """Issue 6: a one-shot `triage diagnose` pays only for what it uses."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    env = {**os.environ, "TRIAGE_CACHE_DIR": str(tmp_path)}
+    probe = ("import sys, runpy; sys.argv = ['triage', 'diagnose', '--json', sys.argv[1]]\n"
+             "try:\n    runpy.run_module('bot.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+             "heavy = ('pydantic', 'yaml', 'slack_bolt', 'slack_sdk', 'langchain', 'langchain_core', 'matplotlib',"
+             " 'sqlite_utils')\nprint(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)")
+    log = str(FIXTURES / "cuda_oom" / "new_format_fragmented.log")
+    runs = [subprocess.run([sys.executable, "-c", probe, log], capture_output=True, cwd=ROOT, env=env, text=True)
+            for _ in range(2)]
+    cold, warm = (r.stderr.strip().splitlines()[-1] for r in runs)
+    assert "pydantic" in cold and "yaml" in cold     # the first run validates the playbooks
+    assert warm == "[]"
+    assert json.loads(runs[1].stdout)["findings"][0]["symptom"] == "cuda_oom"

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from bot import report
-from bot.report.schedule import Cron, Scheduler
+from bot.schedule import Cron, Scheduler
 from bot.store import Store
 from conftest import FIXTURES, ROOT
 

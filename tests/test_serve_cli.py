@@ -25,6 +25,9 @@ def _serve(env, port):
     ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xoxb-wrong"}, "SLACK_APP_TOKEN"),
     ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "SLACK_API_BASE_URL": "ftp://x"}, "SLACK_API_BASE_URL"),
     ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "TRIAGE_MAX_BYTES": "lots"}, "TRIAGE_MAX_BYTES"),
+    ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "TRIAGE_TZ": "America"}, "TRIAGE_TZ"),
+    ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "TRIAGE_LLM_TIMEOUT": "0"}, "TRIAGE_LLM_TIMEOUT"),
+    ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "TRIAGE_LLM": "gpt-4o"}, "TRIAGE_LLM"),
 ])
 def test_missing_or_malformed_settings_exit_2_naming_the_variable(env, var):
     p = _serve(env, 1)

@@ -41,7 +41,7 @@ class Cron:
         try:
             self.minute, self.hour, self.day, self.month, dow = (_field(p, lo, hi) for p, (lo, hi) in zip(parts, _RANGES))
             self.tz = ZoneInfo(tz)
-        except ZoneInfoNotFoundError:
+        except (ZoneInfoNotFoundError, OSError):   # OSError: a directory such as "America", an over-long name
             raise CronError(f"unknown time zone '{tz}'") from None
         except ValueError as e:
             raise CronError(str(e)) from None
