@@ -117,6 +117,7 @@ def main(argv=None) -> int:
     except Exception:
         backend = "?"
     rows: list[tuple[str, str, str, bool]] = []
+    notes: list[str] = []
 
     def target(name, measured, goal, ok):
         rows.append((name, measured, goal, ok))
@@ -152,10 +153,17 @@ def main(argv=None) -> int:
 
     paste = b"".join((ROOT / "tests" / "fixtures" / "cuda_oom" / "new_format_fragmented.log").read_bytes()
                      .splitlines(keepends=True) * 3)[:50 * 200]
+    os.environ["TRIAGE_CACHE_DIR"] = str(work / "cache")   # children inherit it: the first run starts cold
+    cold, _, _ = timed([*TRIAGE, "diagnose", "-"], stdin=paste)
     cli, _, _ = best_of(5, [*TRIAGE, "diagnose", "-"], stdin=paste)
     base, _, _ = best_of(5, [sys.executable, "-c", "import regex, pydantic, yaml"])
-    target("CLI on a 50-line paste / python -c 'import regex, pydantic, yaml'",
+    bytecode = "compiled from source every run" if sys.flags.dont_write_bytecode else "bytecode cached"
+    target(f"CLI on a 50-line paste / python -c 'import regex, pydantic, yaml' (playbook cache warm; {bytecode})",
            f"{cli / base:.2f}x ({cli * 1000:.0f} ms vs {base * 1000:.0f} ms)", "<= 2.0x", cli <= 2 * base)
+    print(f"         first run with an empty playbook cache (validates the YAML with pydantic): {cold * 1000:.0f} ms",
+          flush=True)
+    notes.append(f"The first `triage diagnose` after a playbook changes validates the YAML with pydantic and "
+                 f"fills `TRIAGE_CACHE_DIR`: {cold * 1000:.0f} ms for the same paste ({cold / base:.2f}x).")
 
     ack, answer = slack_latency()
     target("Slack HTTP ack p95", f"{ack:.0f} ms", "<= 100 ms", ack <= 100)
@@ -168,6 +176,7 @@ def main(argv=None) -> int:
           f"scanner backend: {backend}. Produced by `make bench` ({time.strftime('%Y-%m-%d')}).", "",
           "| target | measured | goal | |", "|---|---|---|---|"]
     md += [f"| {n} | {m} | {g} | {'met' if ok else '**not met**'} |" for n, m, g, ok in rows]
+    md += ["", *notes] if notes else []
     (ROOT / "BENCHMARKS.md").write_text("\n".join(md) + "\n")
     print(f"\n{sum(r[3] for r in rows)} of {len(rows)} targets met; figures written to BENCHMARKS.md")
     return 0
