@@ -68,6 +68,17 @@ def finding_text(f: Finding, index: int, lang: str = "en", phrased: dict[str, st
     return out
 
 
+UNKNOWN_SHOWN = 3
+
+
+def verdict_lines(d: Diagnosis, lang: str) -> list[str]:
+    """With no finding: healthy, unless error-looking lines nobody explained are there — never call a crash healthy."""
+    if not d.unclaimed:
+        return [t(lang, "healthy")]
+    return [t(lang, "unknown")] + [f"  line {u['line']} (×{u['count']}): {u['example'][:240]}"
+                                   for u in d.unclaimed[:UNKNOWN_SHOWN]]
+
+
 def diagnosis_text(d: Diagnosis, lang: str = "en", phrasing=None) -> str:
     """The deterministic answer; with an accepted LLM phrasing, its summary and step prose replace ours while
     every change and citation still comes from the diagnosis itself."""
@@ -81,7 +92,7 @@ def diagnosis_text(d: Diagnosis, lang: str = "en", phrasing=None) -> str:
         lines += [phrasing.answer.summary, f"({t(lang, 'phrased').format(model=phrasing.model)})", ""]
         phrased = {s.id: s.text for s in phrasing.answer.steps}
     if not d.findings:
-        lines.append(t(lang, "healthy"))
+        lines += verdict_lines(d, lang)
     for i, f in enumerate(d.findings):
         lines += finding_text(f, i, lang, phrased, show_steps=(i == 0 or f.caused_by is None))
         lines.append("")

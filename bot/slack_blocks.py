@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.i18n import symptom_name, t
-from bot.render import change_text
+from bot.render import change_text, verdict_lines
 from core.models import SYMPTOMS, Diagnosis, Finding
 
 MAX_BLOCKS = 50
@@ -95,8 +95,11 @@ def diagnosis_blocks(d: Diagnosis, diagnosis_id: int | None = None, runbook_url:
     name = d.input.name
     phrased = None
     if not d.findings:
-        blocks = [section(f":white_check_mark: `{clip(name, 200)}` ({d.input.lines} {t(lang, 'lines')}): "
-                          + t(lang, "healthy"))]
+        head, *unknown = verdict_lines(d, lang)
+        emoji = ":grey_question:" if unknown else ":white_check_mark:"
+        blocks = [section(f"{emoji} `{clip(name, 200)}` ({d.input.lines} {t(lang, 'lines')}): {head}")]
+        if unknown:
+            blocks.append(section(_code(clip("\n".join(u.strip() for u in unknown), MAX_SECTION - 20))))
         cut = False
     else:
         top = d.findings[0]

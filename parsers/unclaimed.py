@@ -14,7 +14,8 @@ _ERRORISH = re.compile(r"\b(?:[A-Za-z]*Error|ERROR|FATAL|Fatal|fatal|WARN|Except
                        r"fault|core dumped|Killed|Aborted)\b")
 _BENIGN = re.compile(r"Traceback \(most recent call last\)|^\s*File \"|During handling of the above|"
                      r"NCCL INFO|Error while creating shared memory|CUDA kernel errors might be asynchronously|"
-                     r"For debugging consider passing|Compile with `TORCH_USE_CUDA_DSA`|error_file:|^\s*#")
+                     r"For debugging consider passing|Compile with `TORCH_USE_CUDA_DSA`|error_file:|^\s*#|"
+                     r"(?i:errors?|failed|failures?)\s*[:=]\s*(?:0|none|n/a)\s*$")   # counters that say all is well
 # Masking rules as data, applied in order (Drain-style): the most specific first.
 MASKS: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"^\S+ \[std(?:err|out)\]\s+"), ""),

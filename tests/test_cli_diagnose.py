@@ -30,6 +30,21 @@ def test_text_output_names_root_cause_evidence_changes_and_citations():
     assert "[ML]" in out and "[Infra]" in out
 
 
+def test_a_crash_no_parser_knows_is_shown_with_its_lines_and_never_called_healthy():
+    crash = ("[rank3]: Traceback (most recent call last):\n"
+             '[rank3]:   File "train.py", line 88, in <module>\n'
+             "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+             "[rank3]: CUDA kernel errors might be asynchronously reported at some other API call\n")
+    out = triage("diagnose", "-", stdin=crash.encode()).stdout.decode()
+    assert "not ones Train Triage recognises" in out and "healthy" not in out
+    assert "line 3 (×1): [rank3]: RuntimeError: CUDA error: an illegal memory access" in out
+    assert "Traceback" not in out and "asynchronously" not in out   # known-benign lines are not listed
+    # near-miss: counters that say all is well are not "error lines"
+    smi = (FIXTURES / "healthy" / "smi_q_healthy.log").read_bytes()
+    assert b"Uncorrectable Error" in smi
+    assert "looks healthy" in triage("diagnose", "-", stdin=smi).stdout.decode()
+
+
 def test_json_for_several_files_is_one_object_per_line_in_order(tmp_path):
     gz = tmp_path / "spike.log.gz"
     gz.write_bytes(gzip.compress((FIXTURES / "loss_spike" / "megatron_spike.log").read_bytes()))

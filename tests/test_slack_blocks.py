@@ -38,6 +38,16 @@ def test_healthy_diagnosis_is_short_and_not_cut():
     assert not cut and "No known failure" in blocks[0]["text"]["text"]
 
 
+def test_no_finding_with_unrecognised_errors_is_not_called_healthy():
+    d = Diagnosis(input=InputInfo(name="crash.log", bytes=10, lines=3), unclaimed=[
+        {"template": "RuntimeError: CUDA error: an illegal memory access was encountered", "count": 8, "line": 2,
+         "example": "[rank3]: RuntimeError: CUDA error: an illegal memory access ```was``` encountered"}])
+    blocks, cut = diagnosis_blocks(d, None)
+    _check(blocks)
+    assert ":grey_question:" in blocks[0]["text"]["text"] and "healthy" not in str(blocks)
+    assert "line 2 (×8)" in blocks[1]["text"]["text"] and blocks[1]["text"]["text"].count("```") == 2
+
+
 def test_home_view_limits():
     rows = [{"id": i, "created_at": "2026-11-29T10:00:00", "channel": "C1", "top_symptom": "cuda_oom",
              "top_title": "x" * 5000, "vote": "up"} for i in range(30)]
