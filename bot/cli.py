@@ -45,7 +45,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
             status = 2
             continue
         try:
-            d = diagnose(src, books, args.lang, progress=progress)
+            d = diagnose(src, books, args.lang, progress=progress, options=settings.parser_options())
         except UnusableInput as e:
             print(f"triage: {e}", file=sys.stderr)
             status = 2
@@ -126,7 +126,7 @@ def cmd_eval(args, settings: Settings) -> int:
         print(f"triage: {args.corpus}: cannot read corpus ({e})", file=sys.stderr)
         return 2
     try:
-        sc = evaluate(lines, _books(settings))
+        sc = evaluate(lines, _books(settings), settings.parser_options())
     except ValueError as e:
         print(f"triage: {args.corpus}: {e}", file=sys.stderr)
         return 2
@@ -148,7 +148,7 @@ def cmd_serve(args, settings: Settings) -> int:
     if cfg is not None:
         from bot.llm import Phraser
         phraser = Phraser(cfg, load_runbook(), store)
-    triage = Triage(_books(settings), load_runbook(), store, settings.max_bytes, phraser)
+    triage = Triage(_books(settings), load_runbook(), store, settings.max_bytes, phraser, settings.parser_options())
     try:
         app = create_app(settings, triage)
     except (SlackApiError, SlackClientError, OSError) as e:

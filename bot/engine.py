@@ -1,7 +1,7 @@
 """The pure core every interface calls: bytes in, a Diagnosis out (ingest → parsers → root cause → playbooks)."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from core.ingest import Source
 from core.redact import mask_secrets
@@ -57,11 +57,14 @@ def _mask(f: Finding) -> None:
 
 
 def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: str = "en",
-             progress: Callable[[int, int], None] | None = None) -> Diagnosis:
+             progress: Callable[[int, int], None] | None = None,
+             options: Mapping[str, Mapping[str, Any]] | None = None) -> Diagnosis:
     """Read the whole source once, in chunks. Raises core.ingest.UnusableInput for input that is not a log.
-    `progress(bytes_read, symptoms_seen_so_far)` is called after every chunk when given."""
+    `progress(bytes_read, symptoms_seen_so_far)` is called after every chunk when given. `options` maps a parser's
+    name to its keyword arguments (Settings.parser_options(): the team's loss-spike thresholds)."""
     books = playbooks.load_from_env() if books is None else books
-    parsers = [cls() for cls in PARSERS]
+    options = options or {}
+    parsers = [cls(**options.get(cls.name, {})) for cls in PARSERS]
     scanner = Scanner(parsers)
     last = b""
     for chunk in source.chunks():

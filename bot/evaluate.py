@@ -25,7 +25,7 @@ class Score:
         return self.correct / self.total if self.total else 0.0
 
 
-def evaluate(lines: list[str], books: list[Book]) -> Score:
+def evaluate(lines: list[str], books: list[Book], options: dict | None = None) -> Score:
     sc = Score()
     for n, raw in enumerate(lines, 1):
         if not raw.strip():
@@ -37,7 +37,8 @@ def evaluate(lines: list[str], books: list[Book]) -> Score:
             raise ValueError(f"line {n}: not a corpus case (needs JSON with 'label' and 'text')") from None
         accepted = {label, *case.get("also", [])}
         try:
-            got = [f.symptom for f in diagnose(from_bytes(text.encode(), case.get("id", f"case{n}")), books).findings]
+            got = [f.symptom for f in diagnose(from_bytes(text.encode(), case.get("id", f"case{n}")), books,
+                                                 options=options).findings]
         except UnusableInput:
             got = []
         top = got[0] if got else "none"

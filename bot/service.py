@@ -1,7 +1,7 @@
 """What every interface does with an input: diagnose it, store it, hand back the diagnosis and its id."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.engine import diagnose
@@ -19,13 +19,14 @@ class Triage:
     store: Store | None = None
     max_bytes: int = 4 << 30
     phraser: Any = None  # bot.llm.Phraser when TRIAGE_LLM is set
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)   # Settings.parser_options()
 
     def run_all(self, data: bytes, name: str, lang: str = "en", keep_empty: bool = True, **meta: str):
         """Like run, for every member when the data is an archive: yields (name, diagnosis or None, id, error).
         With keep_empty=False a diagnosis without findings is neither stored nor reported (chat, not a log)."""
         for src in expand(from_bytes(data, name, self.max_bytes)):
             try:
-                d = diagnose(src, self.books, lang)
+                d = diagnose(src, self.books, lang, options=self.options)
             except UnusableInput as e:
                 if keep_empty:
                     yield src.name, None, None, str(e)
@@ -37,6 +38,6 @@ class Triage:
     def run(self, data: bytes, name: str, lang: str = "en", **meta: str) -> tuple[Diagnosis, int | None]:
         """Raises core.ingest.UnusableInput for input that is not a log. The diagnosis is committed to the store
         (when there is one) before this returns, so an answer that fails to post loses nothing."""
-        d = diagnose(from_bytes(data, name, self.max_bytes), self.books, lang)
+        d = diagnose(from_bytes(data, name, self.max_bytes), self.books, lang, options=self.options)
         did = self.store.record(d, data, **meta) if self.store else None
         return d, did

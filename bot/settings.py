@@ -135,6 +135,26 @@ def _llm(v: str) -> str:
     return v
 
 
+def _loss_spike(v: str) -> dict[str, float]:
+    """"rel=0.3,mad_k=4": keys and defaults from parsers.loss.SPIKE."""
+    from parsers.loss import SPIKE, SPIKE_COUNTS
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in v.split(","))):
+        key, sep, raw = (x.strip() for x in part.partition("="))
+        if not sep or key not in SPIKE:
+            raise ValueError(f"{part!r}: use KEY=VALUE with KEY one of {', '.join(SPIKE)}")
+        try:
+            num = float(raw)
+        except ValueError:
+            raise ValueError(f"{key}: {raw!r} is not a number") from None
+        if num <= 0 or not num < float("inf") or (key in SPIKE_COUNTS and not num.is_integer()):
+            raise ValueError(f"{key} must be a positive {'whole number' if key in SPIKE_COUNTS else 'number'}")
+        out[key] = int(num) if key in SPIKE_COUNTS else num
+    if {**SPIKE, **out}["min_history"] > {**SPIKE, **out}["window"]:
+        raise ValueError("min_history cannot be larger than window")
+    return out
+
+
 def _paths(v: str) -> list[str]:
     return [p for p in v.split(os.pathsep) if p]
 
@@ -154,7 +174,7 @@ ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLACK_API_BASE_URL": ("slack_api_base_url", _url), "TRIAGE_LLM": ("llm", _llm),
     "TRIAGE_LLM_BASE_URL": ("llm_base_url", _url), "TRIAGE_LLM_API_KEY": ("llm_api_key", Secret),
     "TRIAGE_LLM_TIMEOUT": ("llm_timeout", _seconds), "TRIAGE_RATE_LIMIT": ("rate_limit", _rate),
-    "TRIAGE_REPORT_CRON": ("report_cron", _cron), "TRIAGE_TZ": ("tz", _tz), "TRIAGE_REPORT_CHANNEL": ("report_channel", str),
+    "TRIAGE_LOSS_SPIKE": ("loss_spike", _loss_spike), "TRIAGE_REPORT_CRON": ("report_cron", _cron), "TRIAGE_TZ": ("tz", _tz), "TRIAGE_REPORT_CHANNEL": ("report_channel", str),
 }
 
 
@@ -176,6 +196,7 @@ class Settings:
     llm_api_key: Secret | None = None
     llm_timeout: float = 20.0
     rate_limit: str = "20/60"
+    loss_spike: dict[str, float] = field(default_factory=dict)   # overrides of parsers.loss.SPIKE
     report_cron: str = "0 9 * * 1"
     tz: str = "UTC"
     report_channel: str | None = None
@@ -193,6 +214,10 @@ class Settings:
             except ValueError as e:
                 raise SettingsError(f"{var}: {e}") from None
         return cls(**values)
+
+    def parser_options(self) -> dict[str, dict[str, Any]]:
+        """Keyword arguments for parsers, by parser name (bot.engine.diagnose(options=...))."""
+        return {"loss": {"spike": dict(self.loss_spike)}} if self.loss_spike else {}
 
     def llm_config(self) -> LLMConfig | None:
         """The LLM to phrase answers with, or None when TRIAGE_LLM is unset."""

@@ -3,7 +3,8 @@ HF Trainer, Lightning, torchtitan, GPT-NeoX and plain print loops.
 
 A spike is a point more than SPIKE["rel"] above the median of the previous SPIKE["window"] points *and* more than
 SPIKE["mad_k"] robust deviations away from it, with at least SPIKE["min_history"] points of history. A slow rise or
-early-training noise fails one of the two tests. fp16 overflow skips are normal unless the loss scale collapses to
+early-training noise fails one of the two tests. A team can set its own thresholds (TRIAGE_LOSS_SPIKE, passed in
+as LossParser(spike=...)). fp16 overflow skips are normal unless the loss scale collapses to
 SCALE_COLLAPSE or below."""
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from core.models import Evidence, Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
 
 SPIKE = {"window": 20, "min_history": 3, "rel": 0.5, "mad_k": 6.0, "recover_within": 20}
+SPIKE_COUNTS = ("window", "min_history", "recover_within")   # whole numbers; the others are ratios
 SCALE_COLLAPSE = 16.0
 
 _NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
@@ -83,9 +85,11 @@ _SKIP = ("validation", "eval_", "eval ", "val_loss", "val loss", "test loss", "t
 class _Series:
     """One loss curve (per rank prefix), checked for spikes as points arrive; memory stays bounded."""
 
-    def __init__(self) -> None:
-        self.hist: deque[float] = deque(maxlen=SPIKE["window"])
-        self.ghist: deque[float] = deque(maxlen=SPIKE["window"])
+    def __init__(self, spike: dict[str, float]) -> None:
+        self.min_history, self.rel1, self.mad_k = spike["min_history"], 1 + spike["rel"], spike["mad_k"]
+        self.recover_within = spike["recover_within"]
+        self.hist: deque[float] = deque(maxlen=int(spike["window"]))
+        self.ghist: deque[float] = deque(maxlen=int(spike["window"]))
         self.recent: deque[tuple[int, str]] = deque(maxlen=2)
         self.best: dict[str, Any] | None = None
         self.spikes = 0
@@ -96,7 +100,7 @@ class _Series:
 
     def add(self, v: float, g: float, it: float, no: int, text: str) -> None:
         b = self.best
-        if b is not None and b["later_n"] < SPIKE["recover_within"] and math.isfinite(v):
+        if b is not None and b["later_n"] < self.recover_within and math.isfinite(v):
             b["later_n"] += 1
             b["later_min"] = min(b["later_min"], v)
             b["last"] = v
@@ -109,11 +113,11 @@ class _Series:
                 self.first_nan = {"line": no, "iteration": it, "last_finite": self.last_finite}
             return
         self.last_is_nan = False
-        if len(self.hist) >= SPIKE["min_history"] and v > min(self.hist) * (1 + SPIKE["rel"]):
+        if len(self.hist) >= self.min_history and v > min(self.hist) * self.rel1:
             med = median(self.hist)  # only when a spike is possible: v must beat the median by `rel`
             if med > 0:
                 mad = median(abs(h - med) for h in self.hist) * 1.4826
-                if v > med * (1 + SPIKE["rel"]) and v - med > SPIKE["mad_k"] * max(mad, 0.01 * med):
+                if v > med * self.rel1 and v - med > self.mad_k * max(mad, 0.01 * med):
                     self.spikes += 1
                     if b is not None and b["later_n"] <= 3 and b["later_min"] > b["med"] * 1.2:
                         if v > b["peak"]:  # same episode: keep its onset, follow its peak
@@ -177,12 +181,10 @@ class LossParser(Parser):
             if fields:
                 self._megatron(_BulkHit(no, _line(m)), fields, text, key="")  # the bulk series is one curve
             return
-        s = self.series.get("")
-        if s is None:
-            s = self.series[""] = _Series()
-        s.add(v, g, int(it), no, m)  # the line itself is cut out only if it becomes evidence
+        self._series("").add(v, g, int(it), no, m)  # the line itself is cut out only if it becomes evidence
 
-    def __init__(self) -> None:
+    def __init__(self, spike: dict[str, float] | None = None) -> None:
+        self.spike = {**SPIKE, **(spike or {})}
         self.series: dict[str, _Series] = {}
         self.skip_to = 0
         self.nan_ev = EvidenceBox()
@@ -192,6 +194,12 @@ class LossParser(Parser):
         self.scale_min_hit = False
         self.nan_iters = 0
         self.grad_nan = 0
+
+    def _series(self, key: str) -> _Series:
+        s = self.series.get(key)
+        if s is None:
+            s = self.series[key] = _Series(self.spike)
+        return s
 
     def feed(self, hit: Hit) -> None:
         if hit.no <= self.skip_to:
@@ -221,7 +229,7 @@ class LossParser(Parser):
         if not lm and not gm:
             return
         key = str(rank_of(t) or "")
-        s = self.series.setdefault(key, _Series())
+        s = self._series(key)
         it = search(_ITER, t)
         itv = float(next(g for g in it.groups() if g is not None)) if it else math.nan
         if it and (it.group(5) or it.group(6)):
@@ -240,7 +248,7 @@ class LossParser(Parser):
         it, loss, gnorm, nans = fields
         if key is None:
             key = str(rank_of(t) or "") if t.lstrip().startswith("[") else ""
-        s = self.series.setdefault(key, _Series())
+        s = self._series(key)
         try:
             v = _f(loss)
             g = _f(gnorm) if gnorm else math.nan

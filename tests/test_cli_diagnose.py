@@ -123,3 +123,30 @@ def test_eval_reports_accuracy_precision_recall_and_misses(tmp_path):
     assert "top-1 accuracy: 2/3 = 66.7%" in out
     assert "c: expected gpu_xid, got none" in out
     assert "fork_enomem" in out and "1.00" in out
+
+
+def _mild_spike_log() -> bytes:
+    """A plain training loop whose loss jumps 40% over its median once, at step 50 (line 50)."""
+    wiggle = (0.004, -0.006, 0.002, -0.003, 0.007, -0.001, 0.005, -0.008)
+    rows = [f"step {s} | loss {2.75 if s == 50 else 2.0 - s * 0.002 + wiggle[s % 8]:.4f} | lr 3.0e-04"
+            for s in range(1, 81)]
+    return ("\n".join(rows) + "\n").encode()
+
+
+def test_a_team_sets_its_own_loss_spike_threshold():
+    log = _mild_spike_log()
+    default = json.loads(triage("diagnose", "--json", "-", stdin=log).stdout)
+    assert default["findings"] == []          # 40% over the median is below the built-in 50%
+    tuned = json.loads(triage("diagnose", "--json", "-", stdin=log, env={"TRIAGE_LOSS_SPIKE": "rel=0.3"}).stdout)
+    spike = tuned["findings"][0]
+    assert spike["symptom"] == "loss_spike" and spike["facts"]["line"] == 50 and spike["facts"]["loss_at_spike"] == 2.75
+    strict = json.loads(triage("diagnose", "--json", "-", stdin=log,
+                               env={"TRIAGE_LOSS_SPIKE": "rel=0.3, mad_k=200"}).stdout)
+    assert strict["findings"] == []           # both tests must pass: a huge robust-deviation bar stops it
+
+
+@pytest.mark.parametrize("value", ["rel", "ratio=0.3", "window=2.5", "rel=-1", "min_history=40"])
+def test_a_bad_loss_spike_setting_is_one_line_and_exit_2(value):
+    r = triage("diagnose", "-", stdin=_mild_spike_log(), env={"TRIAGE_LOSS_SPIKE": value})
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.startswith("triage: TRIAGE_LOSS_SPIKE: ") and err.count("\n") == 1
