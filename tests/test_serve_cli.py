@@ -51,7 +51,7 @@ def test_serve_process_answers_a_slash_command_end_to_end(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     p = _serve({"SLACK_BOT_TOKEN": "xoxb-e2e", "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_BASE_URL": fake.api,
-                "TRIAGE_DB": str(tmp_path / "t.db")}, port)
+                "TRIAGE_DB": str(tmp_path / "t.db"), "TRIAGE_LOSS_SPIKE": "rel=0.3"}, port)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -70,6 +70,12 @@ def test_serve_process_answers_a_slash_command_end_to_end(tmp_path):
         resp = fake.wait(lambda: fake.responses)[0]
         assert "Root cause: gpu_xid" in resp["blocks"][0]["text"]["text"]
         assert fake.called("auth.test")
+        # the team's own loss-spike threshold from the environment reaches the bot's diagnoses
+        from test_cli_diagnose import _mild_spike_log
+        post_signed(f"http://127.0.0.1:{port}/slack/events", SECRET,
+                    slash_body(_mild_spike_log().decode(), fake.response_url(1)), "application/x-www-form-urlencoded")
+        resp = fake.wait(lambda: len(fake.responses) > 1 and fake.responses)[1]
+        assert "loss_spike" in resp["blocks"][0]["text"]["text"]
     finally:
         p.terminate()
         p.wait(timeout=30)
