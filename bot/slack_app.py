@@ -244,8 +244,8 @@ class SlackBot:
             if d is None:
                 notes.append(f"`{inp.name}`: {err}")
                 continue
-            if not d.findings and inp.name.endswith("(pasted text)"):
-                continue  # ordinary conversation in the thread
+            if not d.findings and not d.unclaimed and inp.name.endswith("(pasted text)"):
+                continue  # ordinary conversation in the thread (a pasted crash nobody recognises is still answered)
             if inp.note:
                 d.input.truncated = True
             self._post_diagnosis(client, channel, root, d, did, lang)

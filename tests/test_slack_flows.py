@@ -98,6 +98,25 @@ def test_thread_mention_triages_pasted_text_and_gz_file_once_despite_retry(slack
     assert len(h.store.recent()) == 2
 
 
+def test_a_pasted_crash_no_parser_knows_is_answered_with_its_lines_and_chat_is_not(slack_bot):
+    h = slack_bot()
+    crash = ("[rank5]: Traceback (most recent call last):\n[rank5]:   File \"train.py\", line 88, in <module>\n"
+             "[rank5]: RuntimeError: CUDA error: an illegal memory access was encountered")
+    h.fake.threads[("C1", "300.1")] = [
+        {"user": "U1", "ts": "300.1", "text": "run 77 died overnight:\n```" + crash + "```"},
+        {"user": "U2", "ts": "300.2", "text": "we had this before\nnot sure what fixed it"},
+        {"user": "U1", "ts": "300.3", "text": "<@UBOT>", "thread_ts": "300.1"},
+    ]
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>", "ts": "300.3", "thread_ts": "300.1",
+             "channel": "C1"}, "EvU")
+    h.fake.wait(lambda: any(p.get("name") == "white_check_mark" for p in h.fake.called("reactions.add")))
+    posts = [p for p in h.fake.called("chat.postMessage") if p.get("blocks")]
+    assert len(posts) == 1
+    text = _texts(posts[0]["blocks"])
+    assert ":grey_question:" in text and "(×1): [rank5]: RuntimeError: CUDA error: an illegal memory" in text
+    assert "healthy" not in text
+
+
 def test_file_outside_slack_is_not_fetched_with_the_token(slack_bot):
     h = slack_bot()
     h.fake.threads[("C1", "5.1")] = [{"user": "U1", "ts": "5.1", "text": "<@UBOT>", "files": [
