@@ -40,7 +40,8 @@ def cmd_diagnose(args, settings: Settings) -> int:
     store = _store(settings) if (args.record or args.llm) else None
     phraser = _phraser(settings, store) if args.llm else None
     status = 0
-    for src, progress in _inputs(args.files, settings.max_bytes):
+    inputs = _joined(args.files, settings.max_bytes) if args.together else _inputs(args.files, settings.max_bytes)
+    for src, progress in inputs:
         if src is None:
             status = 2
             continue
@@ -79,6 +80,14 @@ def _inputs(paths: list[str], max_bytes: int):
         except UnusableInput as e:
             print(f"triage: {e}", file=sys.stderr)
             yield None, None
+
+
+def _joined(paths: list[str], max_bytes: int):
+    """--together: every file and archive member as one log (one job's per-node files)."""
+    from core.ingest import Joined, open_inputs
+    names = [p.rsplit("/", 1)[-1] for p in paths]
+    name = names[0] if len(names) == 1 else f"{len(names)} inputs ({', '.join(names[:3])}{', …' if len(names) > 3 else ''})"
+    yield Joined(name, [lambda p=p: open_inputs(p, max_bytes) for p in paths]), None
 
 
 PROGRESS_FROM = 50 << 20
@@ -232,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--lang", choices=("en", "ko"), default="en", help="language of the answer")
     d.add_argument("--llm", action="store_true", help="phrase the answer with TRIAGE_LLM (checked by the guard)")
     d.add_argument("--job", help="with --record: a job name to group diagnoses by")
+    d.add_argument("--together", action="store_true",
+                   help="read all files (and archive members) as one job's log: one diagnosis, ranks compared "
+                        "across files, evidence as file:line")
     d.set_defaults(func=cmd_diagnose)
     s = sub.add_parser("serve", help="run the Slack bot (Socket Mode if SLACK_APP_TOKEN is set, else HTTP)")
     s.add_argument("--port", type=int, default=3000)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from core.ingest import Source
+from core.ingest import Joined, Source
 from core.redact import mask_secrets
 from core.models import Diagnosis, Finding, InputInfo
 from parsers import PARSERS
@@ -56,7 +56,7 @@ def _mask(f: Finding) -> None:
     f.facts = _masked(f.facts)
 
 
-def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: str = "en",
+def diagnose(source: Source | Joined, books: list[playbooks.Book] | None = None, lang: str = "en",
              progress: Callable[[int, int], None] | None = None,
              options: Mapping[str, Mapping[str, Any]] | None = None) -> Diagnosis:
     """Read the whole source once, in chunks. Raises core.ingest.UnusableInput for input that is not a log.
@@ -88,13 +88,17 @@ def diagnose(source: Source, books: list[playbooks.Book] | None = None, lang: st
         job.setdefault("world_size", ctx.world_size)
     if ctx.hosts:
         job["hosts"] = sorted(ctx.hosts)[:64]
+    where = getattr(source, "where", None)   # core.ingest.Joined: several files read as one
     for f in findings:
         _mask(f)
+        if where is not None:
+            for e in f.evidence:
+                e.source = where(e.line)
         f.steps = playbooks.steps_for(f, ctx.versions, job, books, lang)
     for u in ctx.unclaimed:
         u["example"], u["template"] = mask_secrets(u["example"]), mask_secrets(u["template"])
     lines = scanner.lines + (1 if last and last != b"\n" else 0)
     info = InputInfo(name=source.name, bytes=source.bytes_read, lines=lines, truncated=source.truncated,
-                     notes=list(source.notes))
+                     notes=list(source.notes), parts=[vars(p).copy() for p in getattr(source, "parts", ())])
     return Diagnosis(input=info, versions=versions, job=job, findings=findings, benchmarks=ctx.benchmarks,
                      unclaimed=ctx.unclaimed)

@@ -73,7 +73,7 @@ def payload(d: Diagnosis, runbook: Runbook, masker: Masker) -> tuple[dict[str, A
     """What the model sees (masked) and what the guard allows."""
     steps, material, own = [], [], []  # material: everything shown; own: what the diagnosis itself says
     for i, f in enumerate(d.findings, 1):
-        material += [f.title, json.dumps(f.facts, ensure_ascii=False), *(e.text for e in f.evidence)]
+        material += [f.title, json.dumps(f.facts, ensure_ascii=False), *(f"{e.where}: {e.text}" for e in f.evidence)]
         own.append(f.title)
         for s in f.steps:
             sid = f"{i}.{s.id}"
@@ -93,7 +93,7 @@ def payload(d: Diagnosis, runbook: Runbook, masker: Masker) -> tuple[dict[str, A
     sections = [{"id": c, "title": runbook.get(c).title, "text": runbook.get(c).text} for c in cites if c in runbook]
     doc = {"findings": [{"n": i, "symptom": f.symptom, "title": f.title, "severity": f.severity,
                          "caused_by": f.caused_by, "facts": f.facts,
-                         "evidence": [f"line {e.line}: {e.text}" for e in f.evidence]}
+                         "evidence": [f"{e.where}: {e.text}" for e in f.evidence]}
                         for i, f in enumerate(d.findings, 1)],
            "steps": steps}
     masked_doc = json.loads(masker.mask(json.dumps(doc, ensure_ascii=False)))

@@ -57,7 +57,7 @@ def finding_text(f: Finding, index: int, lang: str = "en", phrased: dict[str, st
     out = [f"{head}  [{f.severity}] {label}{cause}: {f.title}"]
     if f.evidence:
         out.append(f"  {t(lang, 'evidence')}:")
-        out += [f"    line {e.line}: {e.text[:240]}" for e in f.evidence]
+        out += [f"    {e.where}: {e.text[:240]}" for e in f.evidence]
     if f.facts:
         out.append(f"  {t(lang, 'facts')}: {_facts(f)}")
     if f.steps and show_steps:

@@ -52,7 +52,7 @@ def _finding_blocks(f: Finding, runbook_url: str | None, steps_shown: int, lang:
         meta += f" · consequence of `{f.caused_by}`"
     blocks.append(context(meta))
     if f.evidence:
-        ev = "\n".join(f"line {e.line}: {clip(e.text, 300)}" for e in f.evidence[:MAX_EVIDENCE_SHOWN])
+        ev = "\n".join(f"{e.where}: {clip(e.text, 300)}" for e in f.evidence[:MAX_EVIDENCE_SHOWN])
         cut |= len(f.evidence) > MAX_EVIDENCE_SHOWN
         blocks.append(section(f"*{t(lang, 'evidence').capitalize()}*\n" + _code(clip(ev, MAX_SECTION - 20))))
     for i, s in enumerate(f.steps[:steps_shown], 1):

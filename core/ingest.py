@@ -6,7 +6,7 @@ import io
 import os
 import zlib
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 CHUNK = 8 << 20
 MAX_LINE_BYTES = 1 << 20  # a line longer than this is cut into pieces for scanning
@@ -325,3 +325,76 @@ def open_path(path: str, max_bytes: int) -> Source:
 
 def from_bytes(data: bytes, name: str = "paste", max_bytes: int = 4 << 30) -> Source:
     return Source(name, io.BytesIO(data), max_bytes)
+
+
+@dataclass
+class Part:
+    name: str
+    first_line: int   # 1-based line number of its first line in the joined stream
+    lines: int = 0
+
+
+@dataclass
+class Joined:
+    """Several inputs read as one log (one job's per-node files): ranks and hosts are compared across all of them.
+    `openers` are called in order, each giving the Sources of one path (a file, or an archive's members). Line
+    numbers run on from one part to the next; `where(line)` gives back the file and its own line number. An
+    unusable path or part is skipped with a note; if nothing at all could be read, the last reason is raised."""
+    name: str
+    openers: list[Callable[[], Iterable[Source]]]
+    bytes_read: int = 0
+    truncated: bool = False
+    notes: list[str] = field(default_factory=list)
+    parts: list[Part] = field(default_factory=list)
+
+    def chunks(self) -> Iterator[bytes | int]:
+        self.line, problem = 0, None
+        for opener in self.openers:
+            try:
+                for src in opener():
+                    problem = (yield from self._part(src)) or problem
+            except UnusableInput as e:   # the path itself: cannot be opened, or a damaged archive
+                problem = e
+                self.notes.append(f"skipped {e}")
+        if not self.parts:
+            raise problem or UnusableInput(f"{self.name}: no input")
+
+    def _part(self, src: Source) -> Iterator[bytes | int]:
+        part, done, problem = Part(src.name, self.line + 1), self.bytes_read, None
+        try:
+            for chunk in _terminated(src.chunks()):
+                n = chunk if isinstance(chunk, int) else chunk.count(b"\n")
+                self.line += n
+                part.lines += n
+                self.bytes_read = done + src.bytes_read
+                yield chunk
+        except UnusableInput as e:
+            problem = e
+            self.notes.append(f"skipped {e}" if not part.lines else f"{src.name}: stopped early: {e}")
+        if part.lines:
+            self.bytes_read = done + src.bytes_read
+            self.truncated |= src.truncated
+            self.notes += [f"{src.name}: {n}" for n in src.notes]
+            self.parts.append(part)
+        return problem
+
+    def where(self, line: int) -> str | None:
+        for p in reversed(self.parts):
+            if line >= p.first_line:
+                return f"{p.name}:{line - p.first_line + 1}"
+        return None
+
+
+def _terminated(chunks: Iterator[bytes | int]) -> Iterator[bytes | int]:
+    """The chunks of one part, its last line ended with a newline so it cannot run into the next part's first."""
+    prev: bytes | None = None
+    for chunk in chunks:
+        if prev is not None:
+            yield prev
+            prev = None
+        if isinstance(chunk, int):
+            yield chunk
+        else:
+            prev = chunk
+    if prev is not None:
+        yield prev if prev.endswith(b"\n") else prev + b"\n"

@@ -39,6 +39,17 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 class Evidence:
     line: int
     text: str
+    source: str | None = None   # "file:line" when several files were read as one (the line number runs on)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"line": self.line, "text": self.text}
+        if self.source is not None:
+            out["source"] = self.source
+        return out
+
+    @property
+    def where(self) -> str:
+        return self.source or f"line {self.line}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -110,7 +121,7 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"symptom": self.symptom, "rule": self.rule, "title": self.title,
                                "severity": self.severity, "confidence": self.confidence,
-                               "evidence": [asdict(e) for e in self.evidence], "facts": _copy(self.facts)}
+                               "evidence": [e.to_dict() for e in self.evidence], "facts": _copy(self.facts)}
         if self.caused_by is not None:
             out["caused_by"] = self.caused_by
         out["steps"] = [s.to_dict() for s in self.steps]
@@ -131,6 +142,13 @@ class InputInfo:
     lines: int
     truncated: bool = False
     notes: list[str] = field(default_factory=list)   # what was skipped or capped, in words
+    parts: list[dict[str, Any]] = field(default_factory=list)   # files read as one: name, first_line, lines
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if not self.parts:
+            del out["parts"]
+        return out
 
 
 @dataclass(slots=True, kw_only=True)
@@ -144,7 +162,7 @@ class Diagnosis:
     schema_: str = SCHEMA     # "schema" in JSON
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {"schema": self.schema_, "input": asdict(self.input), "versions": dict(self.versions),
+        return {"schema": self.schema_, "input": self.input.to_dict(), "versions": dict(self.versions),
                 "job": _copy(self.job), "findings": [f.to_dict() for f in self.findings],
                 "benchmarks": _copy(self.benchmarks), "unclaimed": _copy(self.unclaimed)}
 

@@ -8,6 +8,7 @@ from typing import Any
 from core.models import Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text, rx, search
 
+GPUS_PER_NODE = 8   # p4d, p5, p5en and p6 alike: a larger world spans several nodes
 _WORK = rx(r"WorkNCCL\((?:SeqNum=(\d+),\s*)?OpType=(\w+)(?:.*?Timeout\(ms\)=(\d+))?.*?\)"
            r"(?:\s*ran for (\d+) milliseconds)?")
 _STATE = rx(r"(?:watchdog at work|Timeout at NCCL work|watchdog at work sequence id):? (-?\d+)[,.]?\s*(?:PG status: )?"
@@ -254,6 +255,14 @@ class TimeoutParser(Parser):
         world = ctx.world_size
         if world and recs and len(recs) >= world / 2 and max(recs) < world:
             silent = sorted(set(range(world)) - set(recs))
+            known = {ctx.rank_hosts.get(r) for r in recs} - {None}
+            if len(ctx.hosts) == 1 and world > GPUS_PER_NODE and not any(r in ctx.rank_hosts for r in silent):
+                # one node's own log of a multi-node job: the other ranks are in the other nodes' logs
+                host = next(iter(known or ctx.hosts))
+                who = f"rank {silent[0]} never appears" if len(silent) == 1 else \
+                    f"ranks {ranks_text(silent, 8)} never appear"
+                return [], (f"{who} in this log, which holds {host}'s ranks only; diagnose every node's log "
+                            "together (--together) to see which rank is behind")
             if 0 < len(silent) <= 8:
                 return silent, "never reported a timeout (likely the stuck or dead rank)"
         return [], None
