@@ -6,7 +6,7 @@ from typing import Any
 
 from bot.engine import diagnose
 from bot.store import Store
-from core.ingest import UnusableInput, expand, from_bytes
+from core.ingest import Joined, UnusableInput, expand, from_bytes
 from core.models import Diagnosis
 from knowledge.runbook import Runbook
 from playbooks.engine import Book
@@ -40,4 +40,13 @@ class Triage:
         (when there is one) before this returns, so an answer that fails to post loses nothing."""
         d = diagnose(from_bytes(data, name, self.max_bytes), self.books, lang, options=self.options)
         did = self.store.record(d, data, **meta) if self.store else None
+        return d, did
+
+    def run_together(self, inputs: list[tuple[str, bytes]], name: str, lang: str = "en",
+                     **meta: str) -> tuple[Diagnosis, int | None]:
+        """Several inputs of one job read as one log (`@triage together`): one diagnosis, stored once. Raises
+        core.ingest.UnusableInput when none of them can be read."""
+        joined = Joined(name, [lambda n=n, b=b: expand(from_bytes(b, n, self.max_bytes)) for n, b in inputs])
+        d = diagnose(joined, self.books, lang, options=self.options)
+        did = self.store.record(d, b"\0".join(b for _, b in inputs), **meta) if self.store else None
         return d, did

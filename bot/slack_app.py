@@ -17,7 +17,7 @@ from bot.ratelimit import RateLimiter
 from bot.render import diagnosis_text
 from bot.service import Triage
 from bot.settings import Settings
-from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text
+from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
 from core.ingest import UnusableInput
 from core.models import SYMPTOMS, Diagnosis
 
@@ -120,6 +120,18 @@ class SlackBot:
             except UnusableInput as e:
                 out.append((inp, None, None, str(e)))
         return out
+
+    def _diagnose_together(self, inputs: list[Input], meta: dict[str, str],
+                           lang: str = "en") -> list[tuple[Input, Diagnosis | None, int | None, str]]:
+        names = [i.name for i in inputs]
+        name = f"{len(names)} inputs ({', '.join(names[:3])}{', …' if len(names) > 3 else ''})"
+        try:
+            d, did = self.triage.run_together([(i.name, i.data) for i in inputs], name, lang, **meta)
+        except UnusableInput as e:
+            return [(Input(name, b""), None, None, str(e))]
+        if any(i.note for i in inputs):
+            d.input.truncated = True
+        return [(Input(name, b""), d, did, "")]
 
     # ---- listeners -----------------------------------------------------------------------------------------
     def register(self, app: App) -> None:
@@ -227,7 +239,11 @@ class SlackBot:
             meta = {"source": "mention", "team": event.get("team", ""), "channel": channel,
                     "user": event.get("user", ""), "thread_ts": root}
             lang = self.lang(client, event.get("user"))
-            results = self._diagnose_inputs(inputs, meta, lang)
+            logs = [i for i in inputs if not i.pasted]
+            if wants_together(event.get("text", "")) and len(logs) > 1:
+                results = self._diagnose_together(logs, meta, lang)
+            else:
+                results = self._diagnose_inputs(inputs, meta, lang)
             self._reply_thread(client, channel, root, results, notes, event.get("text", ""), lang)
             client.reactions_remove(channel=channel, timestamp=ts, name="eyes")
             client.reactions_add(channel=channel, timestamp=ts, name="white_check_mark")

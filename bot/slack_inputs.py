@@ -32,6 +32,14 @@ def message_text(text: str) -> str:
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&").strip()
 
 
+_TOGETHER = re.compile(r"(?i)\btogether\b|함께|같이|한꺼번에")
+
+
+def wants_together(mention_text: str) -> bool:
+    """`@triage together`: read every log in the thread as one job's log."""
+    return bool(_TOGETHER.search(mention_text or ""))
+
+
 def looks_like_log(text: str) -> bool:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return len(lines) >= 2 or len(text) > 200

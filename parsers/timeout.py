@@ -58,6 +58,7 @@ class TimeoutParser(Parser):
         self.skip_to = 0
         self.barrier: dict[str, int] = {}
         self.store_root: int | None = None
+        self.holds_host: str | None = None   # set when this log is one node's own share of a multi-node job
         self.exits: dict[int, int] = {}
         self.exit_hosts: dict[int, str] = {}
         self.root_next = False
@@ -213,6 +214,8 @@ class TimeoutParser(Parser):
         hosts = {**ctx.rank_hosts, **{k: v.host for k, v in recs.items() if v.host}}
         if hosts and lagging:
             f["lagging_hosts"] = sorted({hosts[r] for r in lagging if r in hosts})
+        if self.holds_host:
+            f["log_holds_host"] = self.holds_host
         first = self._first(recs)
         if first is not None:
             f["first_failure_rank"] = first
@@ -261,8 +264,9 @@ class TimeoutParser(Parser):
                 host = next(iter(known or ctx.hosts))
                 who = f"rank {silent[0]} never appears" if len(silent) == 1 else \
                     f"ranks {ranks_text(silent, 8)} never appear"
-                return [], (f"{who} in this log, which holds {host}'s ranks only; diagnose every node's log "
-                            "together (--together) to see which rank is behind")
+                self.holds_host = host
+                return [], (f"{who} in this log, which holds {host}'s ranks only; every node's log is needed to "
+                            "see which rank is behind")
             if 0 < len(silent) <= 8:
                 return silent, "never reported a timeout (likely the stuck or dead rank)"
         return [], None

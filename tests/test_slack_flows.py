@@ -117,6 +117,40 @@ def test_a_pasted_crash_no_parser_knows_is_answered_with_its_lines_and_chat_is_n
     assert "healthy" not in text
 
 
+def _node_files_thread(h, root):
+    files = []
+    for i, path in enumerate(sorted((FIXTURES / "multinode").glob("*.out"))):
+        url = h.fake.add_file(path.name, path.read_bytes())
+        files.append({"id": f"FN{i}", "name": path.name, "mimetype": "text/plain", "url_private_download": url})
+    h.fake.threads[("C1", root)] = [{"user": "U1", "ts": root, "text": "job 1234 hung, node logs:", "files": files}]
+
+
+def test_together_in_the_mention_reads_the_threads_node_logs_as_one(slack_bot):
+    h = slack_bot()
+    _node_files_thread(h, "400.1")
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT> together please", "ts": "400.2",
+             "thread_ts": "400.1", "channel": "C1"}, "EvT")
+    h.fake.wait(lambda: any(p.get("name") == "white_check_mark" for p in h.fake.called("reactions.add")))
+    posts = [p for p in h.fake.called("chat.postMessage") if p.get("blocks")]
+    assert len(posts) == 1
+    text = _texts(posts[0]["blocks"])
+    assert "Root cause: nccl_timeout" in text and "rank 8, 9, 10, 11, 12, 13, 14, 15 are behind" in text
+    assert "p5-st-1.out:10:" in text and "p5-st-2" in text
+    assert len(h.store.recent()) == 1
+
+
+def test_without_together_each_node_log_says_it_holds_one_nodes_ranks(slack_bot):
+    h = slack_bot()
+    _node_files_thread(h, "401.1")
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>", "ts": "401.2", "thread_ts": "401.1",
+             "channel": "C1"}, "EvS")
+    h.fake.wait(lambda: any(p.get("name") == "white_check_mark" for p in h.fake.called("reactions.add")))
+    posts = [_texts(p["blocks"]) for p in h.fake.called("chat.postMessage") if p.get("blocks")]
+    assert len(posts) == 2
+    assert all("every node's log is needed" in t and "together" in t for t in posts)
+    assert not any("are behind" in t for t in posts)
+
+
 def test_file_outside_slack_is_not_fetched_with_the_token(slack_bot):
     h = slack_bot()
     h.fake.threads[("C1", "5.1")] = [{"user": "U1", "ts": "5.1", "text": "<@UBOT>", "files": [

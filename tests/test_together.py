@@ -21,7 +21,9 @@ def test_each_node_alone_does_not_guess_but_together_names_the_lagging_node():
     for path in NODES:
         alone = json.loads(triage("diagnose", "--json", str(path)).stdout)["findings"][0]
         assert alone["facts"]["lagging_ranks"] == []          # another node's ranks are not "dead" ranks
-        assert "--together" in alone["title"]
+        assert "every node's log is needed" in alone["title"]
+        assert alone["steps"][0]["changes"][0]["name"].startswith("triage diagnose --together")
+        assert alone["facts"]["log_holds_host"] == path.stem
     r = triage("diagnose", "--json", "--together", *map(str, NODES))
     assert r.returncode == 0
     docs = r.stdout.decode().strip().splitlines()
