@@ -40,7 +40,11 @@ def cmd_diagnose(args, settings: Settings) -> int:
     store = _store(settings) if (args.record or args.llm) else None
     phraser = _phraser(settings, store) if args.llm else None
     status = 0
-    inputs = _joined(args.files, settings.max_bytes) if args.together else _inputs(args.files, settings.max_bytes)
+    from core.ingest import log_paths
+    paths, notes = log_paths(args.files)
+    for note in notes:
+        print(f"triage: {note}", file=sys.stderr)
+    inputs = _joined(paths, settings.max_bytes) if args.together else _inputs(paths, settings.max_bytes)
     for src, progress in inputs:
         if src is None:
             status = 2
@@ -70,24 +74,24 @@ def cmd_diagnose(args, settings: Settings) -> int:
     return status
 
 
-def _inputs(paths: list[str], max_bytes: int):
+def _inputs(paths: list[tuple[str, str]], max_bytes: int):
     """(source, progress) for every file and every member of every archive; (None, None) after a bad one."""
     from core.ingest import open_inputs
-    for path in paths:
+    for path, name in paths:
         try:
-            for src in open_inputs(path, max_bytes):
+            for src in open_inputs(path, max_bytes, name):
                 yield src, _progress(path)
         except UnusableInput as e:
             print(f"triage: {e}", file=sys.stderr)
             yield None, None
 
 
-def _joined(paths: list[str], max_bytes: int):
+def _joined(paths: list[tuple[str, str]], max_bytes: int):
     """--together: every file and archive member as one log (one job's per-node files)."""
     from core.ingest import Joined, open_inputs
-    names = [p.rsplit("/", 1)[-1] for p in paths]
+    names = [name for _, name in paths]
     name = names[0] if len(names) == 1 else f"{len(names)} inputs ({', '.join(names[:3])}{', …' if len(names) > 3 else ''})"
-    yield Joined(name, [lambda p=p: open_inputs(p, max_bytes) for p in paths]), None
+    yield Joined(name, [lambda p=p, n=n: open_inputs(p, max_bytes, n) for p, n in paths]), None
 
 
 PROGRESS_FROM = 50 << 20

@@ -305,22 +305,49 @@ def _tar_members(src: Source) -> Iterator[Source]:
         src.notes.append("the archive ends early or is damaged")
 
 
-def open_inputs(path: str, max_bytes: int) -> Iterator[Source]:
+LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".gz", ".tgz", ".tar", ".zip")
+MAX_DIR_FILES = 4096
+
+
+def log_paths(paths: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(path, name shown) for each input: a directory stands for the log files under it (by suffix, sorted,
+    hidden ones skipped; named by their path inside it), e.g. a Slurm or torchrun log directory. A directory
+    without any is kept as it is (opening it then says so). Also returns a note for a directory that was cut."""
+    out: list[tuple[str, str]] = []
+    notes: list[str] = []
+    for path in paths:
+        if path == "-" or not os.path.isdir(path):
+            out.append((path, "stdin" if path == "-" else os.path.basename(path.rstrip("/")) or path))
+            continue
+        found = sorted(os.path.join(d, f) for d, dirs, files in os.walk(path)
+                       if not any(part.startswith(".") for part in os.path.relpath(d, path).split(os.sep)
+                                  if part != ".")
+                       for f in files if f.lower().endswith(LOG_SUFFIXES) and not f.startswith("."))
+        if not found:
+            out.append((path, path))
+            continue
+        if len(found) > MAX_DIR_FILES:
+            notes.append(f"{path}: read the first {MAX_DIR_FILES} of {len(found)} log files")
+        out += [(f, os.path.relpath(f, path)) for f in found[:MAX_DIR_FILES]]
+    return out, notes
+
+
+def open_inputs(path: str, max_bytes: int, name: str | None = None) -> Iterator[Source]:
     """Every input in a path: the file itself, or each member of an archive."""
-    yield from expand(open_path(path, max_bytes))
+    yield from expand(open_path(path, max_bytes, name))
 
 
-def open_path(path: str, max_bytes: int) -> Source:
+def open_path(path: str, max_bytes: int, name: str | None = None) -> Source:
     if path == "-":
         import sys
         return Source("stdin", sys.stdin.buffer, max_bytes)
     try:
         f = open(path, "rb")
     except IsADirectoryError:
-        raise UnusableInput(f"{path}: is a directory, not a log file") from None
+        raise UnusableInput(f"{path}: a directory without log files ({', '.join(LOG_SUFFIXES)})") from None
     except OSError as e:
         raise UnusableInput(f"{path}: cannot read ({e.strerror})") from None
-    return Source(path.rsplit("/", 1)[-1], f, max_bytes)
+    return Source(name or path.rsplit("/", 1)[-1], f, max_bytes)
 
 
 def from_bytes(data: bytes, name: str = "paste", max_bytes: int = 4 << 30) -> Source:

@@ -84,3 +84,23 @@ def test_gzip_and_stdin_can_be_joined():
     d = json.loads(triage("diagnose", "--json", "--together", str(NODES[0]), "-", stdin=gz).stdout)
     assert [p["name"] for p in d["input"]["parts"]] == ["p5-st-1.out", "stdin"]
     assert d["findings"][0]["facts"]["lagging_ranks"] == list(range(8, 16))
+
+
+def test_a_log_directory_stands_for_the_log_files_in_it(tmp_path):
+    job = tmp_path / "job-1234"
+    (job / "node-a").mkdir(parents=True)
+    (job / ".snapshots").mkdir()
+    (job / "node-a" / "p5-st-1.out").write_bytes(NODES[0].read_bytes())
+    (job / "p5-st-2.out").write_bytes(NODES[1].read_bytes())
+    (job / ".snapshots" / "old.log").write_text("torch.OutOfMemoryError: CUDA out of memory.\n")
+    (job / "model.pt").write_bytes(b"\x00PK" * 5000)          # not a log by its name: never opened
+    d = json.loads(triage("diagnose", "--json", "--together", str(job)).stdout)
+    assert [p["name"] for p in d["input"]["parts"]] == ["node-a/p5-st-1.out", "p5-st-2.out"]
+    assert d["findings"][0]["facts"]["lagging_hosts"] == ["p5-st-2"]
+    assert d["findings"][0]["evidence"][0]["source"].startswith("node-a/p5-st-1.out:")
+    r = triage("diagnose", "--json", str(job))                 # without --together: one diagnosis per file
+    assert r.returncode == 0 and [json.loads(x)["input"]["name"] for x in r.stdout.decode().splitlines()] == \
+        ["node-a/p5-st-1.out", "p5-st-2.out"]
+    (tmp_path / "empty").mkdir()
+    r = triage("diagnose", str(tmp_path / "empty"))
+    assert r.returncode == 2 and "a directory without log files" in r.stderr.decode()
