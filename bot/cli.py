@@ -89,9 +89,8 @@ def _inputs(paths: list[tuple[str, str]], max_bytes: int):
 def _joined(paths: list[tuple[str, str]], max_bytes: int):
     """--together: every file and archive member as one log (one job's per-node files)."""
     from core.ingest import Joined, open_inputs
-    names = [name for _, name in paths]
-    name = names[0] if len(names) == 1 else f"{len(names)} inputs ({', '.join(names[:3])}{', …' if len(names) > 3 else ''})"
-    yield Joined(name, [lambda p=p, n=n: open_inputs(p, max_bytes, n) for p, n in paths]), None
+    yield Joined(Joined.title([name for _, name in paths]),
+                 [lambda p=p, n=n: open_inputs(p, max_bytes, n) for p, n in paths]), None
 
 
 PROGRESS_FROM = 50 << 20

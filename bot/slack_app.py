@@ -18,7 +18,7 @@ from bot.render import diagnosis_text
 from bot.service import Triage
 from bot.settings import Settings
 from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
-from core.ingest import UnusableInput
+from core.ingest import Joined, UnusableInput
 from core.models import SYMPTOMS, Diagnosis
 
 log = logging.getLogger("triage.slack")
@@ -123,8 +123,7 @@ class SlackBot:
 
     def _diagnose_together(self, inputs: list[Input], meta: dict[str, str],
                            lang: str = "en") -> list[tuple[Input, Diagnosis | None, int | None, str]]:
-        names = [i.name for i in inputs]
-        name = f"{len(names)} inputs ({', '.join(names[:3])}{', …' if len(names) > 3 else ''})"
+        name = Joined.title([i.name for i in inputs])
         try:
             d, did = self.triage.run_together([(i.name, i.data) for i in inputs], name, lang, **meta)
         except UnusableInput as e:

@@ -373,6 +373,12 @@ class Joined:
     truncated: bool = False
     notes: list[str] = field(default_factory=list)
     parts: list[Part] = field(default_factory=list)
+    line: int = 0   # lines handed out so far
+
+    @staticmethod
+    def title(names: list[str]) -> str:
+        more = ", …" if len(names) > 3 else ""
+        return names[0] if len(names) == 1 else f"{len(names)} inputs ({', '.join(names[:3])}{more})"
 
     def chunks(self) -> Iterator[bytes | int]:
         self.line, problem = 0, None
