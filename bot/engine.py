@@ -1,6 +1,7 @@
 """The pure core every interface calls: bytes in, a Diagnosis out (ingest → parsers → root cause → playbooks)."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any, Callable, Mapping
 
 from core.ingest import Joined, Source
@@ -99,6 +100,6 @@ def diagnose(source: Source | Joined, books: list[playbooks.Book] | None = None,
         u["example"], u["template"] = mask_secrets(u["example"]), mask_secrets(u["template"])
     lines = scanner.lines + (1 if last and last != b"\n" else 0)
     info = InputInfo(name=source.name, bytes=source.bytes_read, lines=lines, truncated=source.truncated,
-                     notes=list(source.notes), parts=[vars(p).copy() for p in getattr(source, "parts", ())])
+                     notes=list(source.notes), parts=[asdict(p) for p in getattr(source, "parts", ())])
     return Diagnosis(input=info, versions=versions, job=job, findings=findings, benchmarks=ctx.benchmarks,
                      unclaimed=ctx.unclaimed)

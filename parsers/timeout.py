@@ -258,10 +258,9 @@ class TimeoutParser(Parser):
         world = ctx.world_size
         if world and recs and len(recs) >= world / 2 and max(recs) < world:
             silent = sorted(set(range(world)) - set(recs))
-            known = {ctx.rank_hosts.get(r) for r in recs} - {None}
             if len(ctx.hosts) == 1 and world > GPUS_PER_NODE and not any(r in ctx.rank_hosts for r in silent):
                 # one node's own log of a multi-node job: the other ranks are in the other nodes' logs
-                host = next(iter(known or ctx.hosts))
+                host = next(iter(ctx.hosts))
                 who = f"rank {silent[0]} never appears" if len(silent) == 1 else \
                     f"ranks {ranks_text(silent, 8)} never appear"
                 self.holds_host = host
