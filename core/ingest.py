@@ -47,7 +47,12 @@ class Source:
             raise UnusableInput(f"{self.name}: a zip archive inside an archive; unpack it first")
         blocks, head = _decode_to_utf8(blocks, head)
         _check_text(head, self.name)
-        yield from _align(_cap(blocks, self), self)
+        key = _json_log_key(head)
+        if key is None:
+            yield from _align(_cap(blocks, self), self)
+            return
+        self.notes.append(f'read the "{key}" field of each JSON line (container or log-shipper format)')
+        yield from _unwrap_json(_align(_cap(blocks, self), self), key)
 
 
     def _head_and_tail(self, size: int) -> Iterator[bytes | int]:
@@ -185,6 +190,48 @@ def _check_text(head: bytes, name: str) -> None:
     controls = sum(1 for c in text if ord(c) < 32 and c not in "\t\n\r\x1b\x0c\x08")
     if (bad + controls) > max(8, len(text) // 20):
         raise UnusableInput(f"{name}: not a text log (mostly invalid UTF-8 or control bytes)")
+
+
+# Where the text of a log line sits when every line is a JSON object: docker json-file ("log"), Fluent Bit /
+# CloudWatch / Loki exports ("message", "msg", "@message"), journald JSON ("MESSAGE"), GCP ("textPayload").
+JSON_LOG_KEYS = ("log", "message", "msg", "@message", "MESSAGE", "textPayload")
+
+
+def _json_log_key(head: bytes) -> str | None:
+    """The key holding the text when the input's first lines are all JSON objects sharing one of JSON_LOG_KEYS."""
+    lines = [ln for ln in head.split(b"\n")[:-1] if ln.strip()][:5]   # complete lines only
+    if not lines or not all(ln.lstrip().startswith(b"{") for ln in lines):
+        return None
+    import json
+    keys: set[str] | None = None
+    for ln in lines:
+        try:
+            obj = json.loads(ln)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        found = {k for k in JSON_LOG_KEYS if isinstance(obj.get(k), str)}
+        keys = found if keys is None else keys & found
+    return next((k for k in JSON_LOG_KEYS if keys and k in keys), None)
+
+
+def _unwrap_json(chunks: Iterator[bytes], key: str) -> Iterator[bytes]:
+    """Each JSON line becomes the text under `key`, one line for one line, so line numbers still match the file;
+    a line that is not such an object is kept as it is."""
+    import json
+    for chunk in chunks:
+        out = []
+        for line in chunk.split(b"\n"):
+            if line.startswith(b"{"):
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    obj = None
+                if isinstance(obj, dict) and isinstance(obj.get(key), str):
+                    line = obj[key].rstrip("\r\n").replace("\r", "").replace("\n", " ").encode("utf-8", "replace")
+            out.append(line)
+        yield b"\n".join(out)
 
 
 def _cap(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:

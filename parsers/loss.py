@@ -25,7 +25,7 @@ _NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
 _LOSS = rx(r"(?i)(?<![\w.])(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss)(?:[ _]value|_step|_epoch)?['\"]?\s*(?:[:=]\s*|\s+)"
            + _NUM + r"(?![\w.])")
 _GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*" + _NUM)
-_ITER = rx(r"iteration\s+(\d+)\s*/|\bstep[:=\s]\s*(\d+)|global_step[=:\s]+(\d+)|\|\s*(\d+)/\d+ \["
+_ITER = rx(r"iteration\s+(\d+)\s*/|\bstep['\"]?[:=\s]\s*(\d+)|global_step['\"]?[=:\s]+(\d+)|\|\s*(\d+)/\d+ \["
            r"|\bepoch[:\s]\s*(\d+)\b|'epoch':\s*([\d.]+)")
 _NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)")
 _SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to)\s*([\d.]+)")

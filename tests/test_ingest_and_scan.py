@@ -105,3 +105,34 @@ def test_unusable_inputs_raise_clear_errors():
     for data in (b"", b"\n \n", b"\x00\x01\x02" * 100, b"PK\x03\x04rest"):
         with pytest.raises(UnusableInput):
             list(from_bytes(data).chunks())
+
+
+def _wrapped(path, key, **extra):
+    import json
+    return "".join(json.dumps({key: line + "\n", **extra}) + "\n"
+                   for line in path.read_text().splitlines()).encode()
+
+
+@pytest.mark.parametrize("key,extra", [("log", {"stream": "stderr", "time": "2024-11-04T03:12:44.1Z"}),
+                                       ("message", {"@timestamp": "2024-11-04 03:12:44"}),
+                                       ("MESSAGE", {"_HOSTNAME": "p5-st-2", "PRIORITY": "3"})])
+def test_json_wrapped_container_logs_read_like_the_plain_log(run, key, extra):
+    from conftest import FIXTURES
+    for path in (FIXTURES / "efa_mr_registration" / "rail_rc22.log", FIXTURES / "cuda_oom" / "new_format_fragmented.log"):
+        plain = run(path.read_bytes())
+        wrapped = run(_wrapped(path, key, **extra))
+        assert [(f.symptom, f.title, [(e.line, e.text) for e in f.evidence], f.facts) for f in wrapped.findings] == \
+            [(f.symptom, f.title, [(e.line, e.text) for e in f.evidence], f.facts) for f in plain.findings]
+        assert wrapped.input.lines == plain.input.lines
+        assert any(f'"{key}" field' in n for n in wrapped.input.notes)
+
+
+def test_json_lines_without_a_log_field_are_read_as_they_are(run):
+    """Near-miss: a JSONL metrics file is data, not a wrapped log; a loss spike in it is still found, by step."""
+    import json
+    rows = [{"step": s, "loss": 6.1 if s == 50 else round(2.0 - s * 0.002 + (0.004, -0.006, 0.002, -0.003)[s % 4], 4)}
+            for s in range(1, 81)]
+    d = run("".join(json.dumps(r) + "\n" for r in rows))
+    assert d.input.notes == []
+    assert d.findings[0].symptom == "loss_spike" and d.findings[0].facts["iteration"] == 50
+    assert any(e.line == 50 and e.text.startswith('{"step": 50') for e in d.findings[0].evidence)
