@@ -10,7 +10,8 @@ from parsers.base import Context, EvidenceBox, Hit, Parser, host_of, rank_of, rx
 # (rule, pattern, what it means). First match wins per line; order = most specific first.
 _RULES = (
     ("efa_completion", rx(r"NET/OFI Request (?:\S+ )?completed with error\. RC: (-?\d+)\.? ?(?:Error: )?([^\n]*)"
-                          r"|efa_rdm_\w*handle_error\(\)[^\n]*?err: (\d+), message: ([^\n]*?)(?: My EFA addr|$)")),
+                          r"|efa_rdm_\w*handle_\w*error\(\)[^\n]*?err: (\d+), message: ([^\n]*?)(?: My EFA addr| My host id|$)"
+                          r"|rxr_cq_write_[rt]x_error\(\)[^\n]*?err: (\d+), prov_err: ([^\n]*?)(?: \(\d+\))?$")),
     ("efa_av", rx(r"NET/OFI (?:Unable to insert remote address into address vector|Couldn't open AV)[^\n]*")),
     ("efa_endpoint", rx(r"NET/OFI (?:Creating new endpoint|Couldn't (?:open|create|bind|enable) (?:endpoint|CQ|domain)|"
                         r"Unable to (?:open|create) (?:domain|endpoint))[^\n]*")),
@@ -46,7 +47,8 @@ _HEADLINE = {
 
 class NcclErrorParser(Parser):
     name = "nccl_error"
-    triggers = ("completed with error", "handle_error()", "address vector", "Couldn't open AV", "Creating new endpoint",
+    triggers = ("completed with error", "handle_error()", "handle_tx_error()", "handle_rx_error()", "cq_write_tx_error",
+                "cq_write_rx_error", "address vector", "Couldn't open AV", "Creating new endpoint",
                 "Couldn't open endpoint", "Couldn't create", "Couldn't bind", "Couldn't enable", "Unable to open domain",
                 "Unable to create", "Got completion from peer", "Call to ibv_", "shared memory segment", "/dev/shm", "shm_open",
                 "Duplicate GPU detected", "remote process exited", "ncclRemoteError", "Connection reset by peer",
@@ -85,9 +87,9 @@ class NcclErrorParser(Parser):
     def _facts(self, rule: str, m, t: str) -> None:
         f = self.facts
         if rule == "efa_completion":
-            rc = m.group(1) or m.group(3)
+            rc = m.group(1) or m.group(3) or m.group(5)
             f.setdefault("rc", int(rc))
-            msg = (m.group(2) or m.group(4) or "").strip()
+            msg = (m.group(2) or m.group(4) or m.group(6) or "").strip()
             if msg:
                 f.setdefault("efa_error", msg[:160])
         elif rule == "efa_av":

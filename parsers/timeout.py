@@ -18,6 +18,7 @@ _WORKLIST = rx(r"workMetaList_\.size\(\)\s*=\s*(\d+)")
 _ABORTED = rx(r"communicator was aborted on rank (\d+)")
 _BARRIER = rx(r"store based barrier on rank: (\d+).*?world_size=(\d+), worker_count=(\d+)"
               r"|Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
+_CONNECT = rx(r"client socket has timed out after (\d+)ms while trying to connect to \(([^,\s]+), (\d+)\)")
 _STORE = rx(r"is setting up NCCL communicator and retrieving ncclUniqueId from \[(\d+)\].*?(?:Socket Timeout|timed out|Timeout)")
 _TS = rx(r"\[[EFWI](\d{3,4}) (\d\d:\d\d:\d\d(?:\.\d+)?)|^(?:\S+\s+)?(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?)")
 _EXIT = rx(r"exitcode\s*:\s*(-?\d+)")
@@ -45,7 +46,7 @@ class TimeoutParser(Parser):
     name = "nccl_timeout"
     triggers = ("collective operation timeout", "detected by watchdog", "either an error or timeout",
                 "Timeout at NCCL work",
-                "Heartbeat monitor timed out", "watchdog got stuck", "communicator was aborted", "store based barrier",
+                "Heartbeat monitor timed out", "watchdog got stuck", "communicator was aborted", "store based barrier", "client socket has timed out",
                 "clients joined", "retrieving ncclUniqueId", "exitcode", "Root Cause (first observed failure)",
                 "operations have failed or timed out")
     before = 4
@@ -58,6 +59,7 @@ class TimeoutParser(Parser):
         self.skip_to = 0
         self.barrier: dict[str, int] = {}
         self.store_root: int | None = None
+        self.connect: dict[str, Any] = {}   # a rank that never reached the rendezvous store
         self.holds_host: str | None = None   # set when this log is one node's own share of a multi-node job
         self.exits: dict[int, int] = {}
         self.exit_hosts: dict[int, str] = {}
@@ -129,6 +131,11 @@ class TimeoutParser(Parser):
             else:
                 self.barrier = {"world": int(m.group(6)), "joined": int(m.group(5)), "waited_s": int(m.group(4))}
             matched = True
+        m = search(_CONNECT, t)
+        if m:
+            self.connect = {"master_addr": m.group(2), "master_port": int(m.group(3)), "waited_s": int(m.group(1)) // 1000}
+            self._rec(rank, hit.no).kinds.add("store")
+            matched = True
         m = search(_STORE, t)
         if m:
             self.store_root = int(m.group(1))
@@ -178,7 +185,7 @@ class TimeoutParser(Parser):
 
     def finish(self, ctx: Context) -> list[Finding]:
         recs = {r: v for r, v in self.ranks.items()}
-        if recs or self.unranked or self.barrier or self.store_root is not None:
+        if recs or self.unranked or self.barrier or self.store_root is not None or self.connect:
             return [self._watchdog_finding(recs, ctx)]
         if self.exits and all(code == -6 for code in self.exits.values()):
             return [self._sigabrt_finding()]
@@ -223,11 +230,12 @@ class TimeoutParser(Parser):
             f["barrier"] = self.barrier
         if self.store_root is not None:
             f["store_root_rank"] = self.store_root
+        f.update(self.connect)
         kinds = set().union(*(r.kinds for r in everyone)) if everyone else set()
         if ctx.world_size:
             f["world_size"] = ctx.world_size
         rule = ("nccl_timeout.watchdog" if "watchdog" in kinds else "nccl_timeout.heartbeat" if "heartbeat" in kinds
-                else "nccl_timeout.store" if self.store_root is not None else "nccl_timeout.barrier")
+                else "nccl_timeout.store" if self.store_root is not None or self.connect else "nccl_timeout.barrier")
         return Finding(symptom="nccl_timeout", rule=rule, title=self._title(f, rule), severity="critical",
                        confidence=0.95, evidence=self.ev.items, facts=f, first_line=self.ev.first())
 
@@ -251,6 +259,10 @@ class TimeoutParser(Parser):
             low = min(out.values())
             return sorted(k for k, v in out.items() if v == low), \
                 f"fewer collectives queued than its peers ({low} vs {max(out.values())})"
+        if self.connect:
+            c = self.connect
+            return [], (f"could not reach the rendezvous store at {c['master_addr']}:{c['master_port']} in "
+                        f"{c['waited_s']} s (MASTER_ADDR or the port unreachable, or rank 0 never started it)")
         if self.barrier:
             missing = self.barrier["world"] - self.barrier["joined"]
             if missing > 0:
@@ -285,6 +297,8 @@ class TimeoutParser(Parser):
         ranks = f["reporting_ranks"]
         if rule == "nccl_timeout.heartbeat":
             head = "ProcessGroupNCCL heartbeat monitor aborted the job: the watchdog made no progress"
+        elif "master_addr" in f:
+            head = "Process-group setup failed"
         elif rule in ("nccl_timeout.barrier", "nccl_timeout.store"):
             head = "Process-group setup timed out waiting for ranks to join"
         else:
