@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models import Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text, rx, search, to_gib
+from parsers.base import Context, EvidenceBox, Hit, Parser, findall, rank_of, ranks_text, rx, search, to_gib
 
 _SIZE = r"([\d.]+)\s*([KMGT]i?B|bytes)"
 _KINDS = (
@@ -28,6 +28,26 @@ _PHASES = (
     ("nccl_collective", rx(r"enqueue\.cc|all_reduce|allreduce|all_gather|reduce_scatter")),
     ("forward", rx(r"\bforward\b|_call_impl|model\(")),
 )
+
+
+_PROCESS = rx(r"Process (\d+) has " + _SIZE + r" memory in use")
+
+
+def _others(text: str, f: dict[str, Any]) -> dict[str, Any]:
+    """When the message lists several processes on the GPU: the ones that are not this process (ours is the one
+    whose use best covers what PyTorch holds) and what they take — a leftover job or two ranks on one GPU."""
+    procs = [(int(m.group(1)), to_gib(m.group(2), "b" if m.group(3) == "bytes" else m.group(3)))
+             for m in findall(_PROCESS, text)]
+    if len(procs) < 2:
+        return {}
+    held = (f.get("allocated_gib") or 0) + (f.get("reserved_unallocated_gib") or 0)
+    ours = min(procs, key=lambda p: (p[1] < held, abs(p[1] - held)))
+    others = [p for p in procs if p is not ours]
+    gib = round(sum(g for _, g in others), 2)
+    total = f.get("total_gib") or 80
+    if gib < max(2.0, 0.1 * total):
+        return {}
+    return {"other_processes_gib": gib, "other_pids": [pid for pid, _ in others]}
 
 
 def _gib(m, i: int) -> float | None:
@@ -91,6 +111,7 @@ class OomParser(Parser):
             f["allocated_gib"], f["reserved_unallocated_gib"] = _gib(m, 1), _gib(m, 5)
             if m.group(3):
                 f["private_pools_gib"] = _gib(m, 3)
+        f.update(_others(text, f))
         self.facts.update({k: v for k, v in f.items() if v is not None})
 
     def _phase(self, hit: Hit, kind: str) -> str | None:
@@ -122,6 +143,8 @@ class OomParser(Parser):
                 title += f" of {f['total_gib']} GiB"
         elif kind == "nccl":
             title += " while NCCL was allocating its buffers"
+        if "other_processes_gib" in f:
+            title += f"; other processes hold {f['other_processes_gib']} GiB of it (PID {', '.join(map(str, f['other_pids']))})"
         if f.get("reserved_unallocated_gib", 0) > 2:
             title += f"; {f['reserved_unallocated_gib']} GiB reserved but unallocated (fragmentation)"
         if self.phase:
