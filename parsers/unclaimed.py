@@ -11,7 +11,7 @@ from parsers.base import Context, Hit, Parser
 
 MAX_TEMPLATES = 300
 _ERRORISH = re.compile(r"\b(?:[A-Za-z]*Error|ERROR|FATAL|Fatal|fatal|WARN|Exception|FAILED|Failed|failed|Segmentation "
-                       r"fault|core dumped|Killed|Aborted)\b")
+                       r"fault|core dumped|Killed|Aborted|CUDA error|NCCL error|with exception)\b")
 _BENIGN = re.compile(r"Traceback \(most recent call last\)|^\s*File \"|During handling of the above|"
                      r"NCCL INFO|Error while creating shared memory|CUDA kernel errors might be asynchronously|"
                      r"For debugging consider passing|Compile with `TORCH_USE_CUDA_DSA`|error_file:|^\s*#|"

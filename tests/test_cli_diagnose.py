@@ -150,3 +150,14 @@ def test_a_bad_loss_spike_setting_is_one_line_and_exit_2(value):
     r = triage("diagnose", "-", stdin=_mild_spike_log(), env={"TRIAGE_LOSS_SPIKE": value})
     err = r.stderr.decode()
     assert r.returncode == 2 and err.startswith("triage: TRIAGE_LOSS_SPIKE: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("line", [
+    "[rank3]:[E1104 03:12:44.118230411 ProcessGroupNCCL.cpp:1496] [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group "
+    "watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered",
+    "RuntimeError: CUDA error: device-side assert triggered",
+    "libfabric:88:1700000000::efa:core:efa_device_construct():120<warn> Error: Unknown error -29",
+])
+def test_crash_lines_without_a_parser_are_listed_as_unrecognised(run, line):
+    d = run(line + "\nCUDA kernel errors might be asynchronously reported at some other API call.\n")
+    assert d.findings == [] and [u["line"] for u in d.unclaimed] == [1]
