@@ -44,7 +44,10 @@ def cmd_diagnose(args, settings: Settings) -> int:
     paths, notes = log_paths(args.files)
     for note in notes:
         print(f"triage: {note}", file=sys.stderr)
-    inputs = _joined(paths, settings.max_bytes) if args.together else _inputs(paths, settings.max_bytes)
+    if args.together:
+        inputs = _joined(paths, settings.max_bytes, _dir_label(args.files, len(paths)))
+    else:
+        inputs = _inputs(paths, settings.max_bytes)
     for src, progress in inputs:
         if src is None:
             status = 2
@@ -86,11 +89,19 @@ def _inputs(paths: list[tuple[str, str]], max_bytes: int):
             yield None, None
 
 
-def _joined(paths: list[tuple[str, str]], max_bytes: int):
+def _joined(paths: list[tuple[str, str]], max_bytes: int, label: str | None = None):
     """--together: every file and archive member as one log (one job's per-node files)."""
     from core.ingest import Joined, open_inputs
-    yield Joined(Joined.title([name for _, name in paths]),
+    yield Joined(label or Joined.title([name for _, name in paths]),
                  [lambda p=p, n=n: open_inputs(p, max_bytes, n) for p, n in paths]), None
+
+
+def _dir_label(args: list[str], files: int) -> str | None:
+    """One log directory read together is named after the directory (a job id in it then groups the report)."""
+    import os
+    if len(args) == 1 and os.path.isdir(args[0]):
+        return f"{os.path.basename(os.path.abspath(args[0]))}/ ({files} files)"
+    return None
 
 
 PROGRESS_FROM = 50 << 20

@@ -95,6 +95,7 @@ def test_a_log_directory_stands_for_the_log_files_in_it(tmp_path):
     (job / ".snapshots" / "old.log").write_text("torch.OutOfMemoryError: CUDA out of memory.\n")
     (job / "model.pt").write_bytes(b"\x00PK" * 5000)          # not a log by its name: never opened
     d = json.loads(triage("diagnose", "--json", "--together", str(job)).stdout)
+    assert d["input"]["name"] == "job-1234/ (2 files)"      # the job id in the name groups the weekly report
     assert [p["name"] for p in d["input"]["parts"]] == ["node-a/p5-st-1.out", "p5-st-2.out"]
     assert d["findings"][0]["facts"]["lagging_hosts"] == ["p5-st-2"]
     assert d["findings"][0]["evidence"][0]["source"].startswith("node-a/p5-st-1.out:")
