@@ -40,7 +40,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
     store = _store(settings) if (args.record or args.llm) else None
     phraser = _phraser(settings, store) if args.llm else None
     status = 0
-    from core.ingest import log_paths
+    from core.inputs import log_paths
     paths, notes = log_paths(args.files)
     for note in notes:
         print(f"triage: {note}", file=sys.stderr)
@@ -79,7 +79,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
 
 def _inputs(paths: list[tuple[str, str]], max_bytes: int):
     """(source, progress) for every file and every member of every archive; (None, None) after a bad one."""
-    from core.ingest import open_inputs
+    from core.inputs import open_inputs
     for path, name in paths:
         try:
             for src in open_inputs(path, max_bytes, name):
@@ -91,7 +91,7 @@ def _inputs(paths: list[tuple[str, str]], max_bytes: int):
 
 def _joined(paths: list[tuple[str, str]], max_bytes: int, label: str | None = None):
     """--together: every file and archive member as one log (one job's per-node files)."""
-    from core.ingest import Joined, open_inputs
+    from core.inputs import Joined, open_inputs
     yield Joined(label or Joined.title([name for _, name in paths]),
                  [lambda p=p, n=n: open_inputs(p, max_bytes, n) for p, n in paths]), None
 

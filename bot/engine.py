@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Callable, Mapping
 
-from core.ingest import Joined, Source
+from core.ingest import Source
+from core.inputs import Joined
 from core.redact import mask_secrets
 from core.models import Diagnosis, Finding, InputInfo
 from parsers import PARSERS
@@ -89,7 +90,7 @@ def diagnose(source: Source | Joined, books: list[playbooks.Book] | None = None,
         job.setdefault("world_size", ctx.world_size)
     if ctx.hosts:
         job["hosts"] = sorted(ctx.hosts)[:64]
-    where = getattr(source, "where", None)   # core.ingest.Joined: several files read as one
+    where = getattr(source, "where", None)   # core.inputs.Joined: several files read as one
     for f in findings:
         _mask(f)
         if where is not None:

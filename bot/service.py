@@ -6,7 +6,8 @@ from typing import Any
 
 from bot.engine import diagnose
 from bot.store import Store
-from core.ingest import Joined, UnusableInput, expand, from_bytes
+from core.ingest import UnusableInput, from_bytes
+from core.inputs import Joined, expand
 from core.models import Diagnosis
 from knowledge.runbook import Runbook
 from playbooks.engine import Book

@@ -18,7 +18,8 @@ from bot.render import diagnosis_text
 from bot.service import Triage
 from bot.settings import Settings
 from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
-from core.ingest import Joined, UnusableInput
+from core.ingest import UnusableInput
+from core.inputs import Joined
 from core.models import SYMPTOMS, Diagnosis
 
 log = logging.getLogger("triage.slack")

@@ -43,7 +43,7 @@ def test_progress_only_on_a_terminal(big_log):
 
 def test_injected_failures_found_at_their_lines(big_log, books):
     from bot.engine import diagnose
-    from core.ingest import open_path
+    from core.inputs import open_path
     path, info = big_log
     d = diagnose(open_path(str(path), 1 << 40), books)
     first = {f.symptom: f.evidence[0].line for f in d.findings}
