@@ -240,7 +240,7 @@ class SlackBot:
                     "user": event.get("user", ""), "thread_ts": root}
             lang = self.lang(client, event.get("user"))
             logs = [i for i in inputs if not i.pasted]
-            if wants_together(event.get("text", "")) and len(logs) > 1:
+            if wants_together(event.get("text", "")) and logs:   # several files, or one archive of them
                 results = self._diagnose_together(logs, meta, lang)
             else:
                 results = self._diagnose_inputs(inputs, meta, lang)

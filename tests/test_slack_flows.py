@@ -139,6 +139,28 @@ def test_together_in_the_mention_reads_the_threads_node_logs_as_one(slack_bot):
     assert len(h.store.recent()) == 1
 
 
+def test_together_reads_the_members_of_one_attached_archive_as_one_log(slack_bot):
+    import io
+    import tarfile
+    h = slack_bot()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for path in sorted((FIXTURES / "multinode").glob("*.out")):
+            data = path.read_bytes()
+            info = tarfile.TarInfo(f"job-77/{path.name}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    url = h.fake.add_file("job-77-logs.tar.gz", buf.getvalue())
+    h.fake.threads[("C1", "402.1")] = [{"user": "U1", "ts": "402.1", "text": "logs of job 77", "files": [
+        {"id": "FA", "name": "job-77-logs.tar.gz", "mimetype": "application/gzip", "url_private_download": url}]}]
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT> 같이 봐줘", "ts": "402.2", "thread_ts": "402.1",
+             "channel": "C1"}, "EvA2")
+    h.fake.wait(lambda: any(p.get("name") == "white_check_mark" for p in h.fake.called("reactions.add")))
+    posts = [_texts(p["blocks"]) for p in h.fake.called("chat.postMessage") if p.get("blocks")]
+    assert len(posts) == 1 and "are behind" in posts[0] and "p5-st-2" in posts[0]
+    assert "job-77-logs.tar.gz:job-77/p5-st-1.out:10:" in posts[0]
+
+
 def test_without_together_each_node_log_says_it_holds_one_nodes_ranks(slack_bot):
     h = slack_bot()
     _node_files_thread(h, "401.1")
