@@ -48,6 +48,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
         inputs = _joined(paths, settings.max_bytes, _dir_label(args.files, len(paths)))
     else:
         inputs = _inputs(paths, settings.max_bytes)
+    shares = 0   # diagnoses of one node's share of a multi-node job
     for src, progress in inputs:
         if src is None:
             status = 2
@@ -60,6 +61,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
             continue
         if progress is not None:
             sys.stderr.write("\n")
+        shares += any("log_holds_host" in f.facts for f in d.findings)
         did = store.record(d, source="cli", job_key=args.job or "") if (store is not None and args.record) else None
         phrasing = phraser.phrase(d, args.lang, did) if phraser else None
         if phrasing is not None and phrasing.answer is None and d.findings:
@@ -74,6 +76,9 @@ def cmd_diagnose(args, settings: Settings) -> int:
         else:
             print(diagnosis_text(d, args.lang, phrasing))
         sys.stdout.flush()
+    if shares > 1:
+        print(f"triage: {shares} of these logs each hold one node's ranks of a multi-node job; read them as one "
+              "with --together to see which rank is behind", file=sys.stderr)
     return status
 
 

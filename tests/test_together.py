@@ -43,6 +43,15 @@ def test_each_node_alone_does_not_guess_but_together_names_the_lagging_node():
     assert drain and "p5-st-2" in drain[0]["name"]
 
 
+def test_several_node_shares_read_separately_get_a_hint_to_read_them_together():
+    r = triage("diagnose", "--json", *map(str, NODES))
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2
+    assert r.stderr.decode() == ("triage: 2 of these logs each hold one node's ranks of a multi-node job; read them "
+                                 "as one with --together to see which rank is behind\n")
+    assert triage("diagnose", "--json", "--together", *map(str, NODES)).stderr == b""
+    assert triage("diagnose", "--json", str(NODES[0])).stderr == b""          # one file: its step already says so
+
+
 def test_text_output_shows_file_and_line_of_each_evidence_line():
     out = triage("diagnose", "--together", *map(str, NODES)).stdout.decode()
     assert out.startswith("== 2 inputs (p5-st-1.out, p5-st-2.out) (50 lines")
