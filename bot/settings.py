@@ -150,7 +150,8 @@ def _loss_spike(v: str) -> dict[str, float]:
         if num <= 0 or not num < float("inf") or (key in SPIKE_COUNTS and not num.is_integer()):
             raise ValueError(f"{key} must be a positive {'whole number' if key in SPIKE_COUNTS else 'number'}")
         out[key] = int(num) if key in SPIKE_COUNTS else num
-    if {**SPIKE, **out}["min_history"] > {**SPIKE, **out}["window"]:
+    merged = {**SPIKE, **out}
+    if merged["min_history"] > merged["window"]:
         raise ValueError("min_history cannot be larger than window")
     return out
 
@@ -174,7 +175,8 @@ ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLACK_API_BASE_URL": ("slack_api_base_url", _url), "TRIAGE_LLM": ("llm", _llm),
     "TRIAGE_LLM_BASE_URL": ("llm_base_url", _url), "TRIAGE_LLM_API_KEY": ("llm_api_key", Secret),
     "TRIAGE_LLM_TIMEOUT": ("llm_timeout", _seconds), "TRIAGE_RATE_LIMIT": ("rate_limit", _rate),
-    "TRIAGE_LOSS_SPIKE": ("loss_spike", _loss_spike), "TRIAGE_REPORT_CRON": ("report_cron", _cron), "TRIAGE_TZ": ("tz", _tz), "TRIAGE_REPORT_CHANNEL": ("report_channel", str),
+    "TRIAGE_LOSS_SPIKE": ("loss_spike", _loss_spike), "TRIAGE_REPORT_CRON": ("report_cron", _cron),
+    "TRIAGE_TZ": ("tz", _tz), "TRIAGE_REPORT_CHANNEL": ("report_channel", str),
 }
 
 
