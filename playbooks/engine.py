@@ -36,12 +36,14 @@ def load(extra_dirs: Iterable[str | Path] = (), cache: str | Path | None = None)
     Every file is validated against `playbooks/schema.py`. With `cache`, the validated form is kept there under a
     hash of the file and the schema, so a later start-up with unchanged files skips YAML and pydantic entirely."""
     books: list[Book] = []
+    cache = Path(cache) if cache else None
+    schema = (BUILTIN / "schema.py").read_bytes() if cache else b""   # part of every cache key: read it once
     for d in [*extra_dirs, BUILTIN]:
         d = Path(d)
         if not d.is_dir():
             raise PlaybookError(f"{d}: playbook directory does not exist")
         for path in sorted(d.glob("*.yaml")):
-            books.extend(Book(path, pb) for pb in _validated(path, Path(cache) if cache else None)["playbooks"])
+            books.extend(Book(path, pb) for pb in _validated(path, cache, schema)["playbooks"])
     return books
 
 
@@ -50,12 +52,12 @@ def load_from_env() -> list[Book]:
     return load(extra)
 
 
-def _validated(path: Path, cache: Path | None) -> dict[str, Any]:
+def _validated(path: Path, cache: Path | None, schema: bytes) -> dict[str, Any]:
     raw = path.read_bytes()
     if cache is None:
         return _validate(path, raw)
     import hashlib
-    key = hashlib.sha256((BUILTIN / "schema.py").read_bytes() + b"\0" + raw).hexdigest()
+    key = hashlib.sha256(schema + b"\0" + raw).hexdigest()
     hit = cache / f"{key}.json"
     try:
         data = json.loads(hit.read_text(encoding="utf-8"))
