@@ -6,6 +6,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY bot bot
 COPY core core
+COPY engine engine
 COPY parsers parsers
 COPY playbooks playbooks
 COPY knowledge knowledge

@@ -12,7 +12,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def main(argv=None) -> int:
@@ -22,21 +21,21 @@ def main(argv=None) -> int:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from bot.engine import diagnose
     from core.ingest import UnusableInput, from_bytes
+    from engine import Engine
     from playbooks.engine import load
-    from test_bad_input import ADVERSARIAL
+    from testkit.adversarial import ADVERSARIAL_LINES
 
-    books = load()
+    engine = Engine(load())
     stats = {"runs": 0, "lines": 0, "worst_ms_per_line": 0.0, "findings": 0}
 
     @settings(max_examples=a.examples, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(lines=st.lists(st.one_of(st.text(max_size=400), ADVERSARIAL), min_size=1, max_size=60))
+    @given(lines=st.lists(st.one_of(st.text(max_size=400), st.sampled_from(ADVERSARIAL_LINES)), min_size=1, max_size=60))
     def run(lines):
         data = "\n".join(lines).encode("utf-8", errors="replace")
         t0 = time.perf_counter()
         try:
-            d = diagnose(from_bytes(data), books)
+            d = engine.diagnose(from_bytes(data))
             stats["findings"] += len(d.findings)
         except UnusableInput:
             pass

@@ -15,7 +15,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def main(argv=None) -> int:
@@ -30,7 +29,7 @@ def main(argv=None) -> int:
     import subprocess
     import urllib.request
 
-    from fakeslack import FakeSlack, event_body, post_signed, slash_body
+    from testkit.fakeslack import FakeSlack, event_body, post_signed, slash_body
 
     fake = FakeSlack().start()
     tmp = tempfile.mkdtemp(prefix="triage-load-")

@@ -18,7 +18,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 TRIAGE = [sys.executable, "-m", "bot.cli"]
 
 
@@ -45,7 +44,7 @@ def best_of(n: int, cmd: list[str], stdin: bytes | None = None) -> tuple[float, 
 
 
 def gen(kind: str, path: Path, mb: int) -> dict:
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "gen_logs.py"), kind, str(path), "--mb", str(mb)],
+    out = subprocess.run([sys.executable, str(ROOT / "testkit" / "gen_logs.py"), kind, str(path), "--mb", str(mb)],
                          capture_output=True, check=True).stdout
     return json.loads(out)
 
@@ -66,7 +65,8 @@ def slack_latency(n: int = 40) -> tuple[float, float]:
     from bot.settings import Settings
     from bot.slack_app import create_app
     from bot.store import Store
-    from fakeslack import FakeSlack, post_signed, slash_body
+    from testkit.fakeslack import FakeSlack, post_signed, slash_body
+    from engine import Engine
     from knowledge.runbook import load as load_runbook
     from playbooks.engine import load
 
@@ -75,9 +75,9 @@ def slack_latency(n: int = 40) -> tuple[float, float]:
     settings = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-bench", "SLACK_SIGNING_SECRET": "s",
                                   "SLACK_API_BASE_URL": fake.api, "TRIAGE_DB": f"{tmp}/b.db",
                                   "TRIAGE_RATE_LIMIT": "1000/60"})
-    app = create_app(settings, Triage(load(), load_runbook(), Store(settings.db)))
+    app = create_app(settings, Triage(Engine(load()), load_runbook(), Store(settings.db)))
     server = make_server(app, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # fast shutdown
     url = f"http://127.0.0.1:{server.server_address[1]}/slack/events"
     paste = (ROOT / "tests" / "fixtures" / "nccl_timeout" / "lagging_rank.log").read_text().splitlines()
     text = "\n".join((paste * 30)[:200])
@@ -108,9 +108,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     work = Path(a.keep or tempfile.mkdtemp(prefix="triage-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    from parsers import PARSERS
+    from parsers import READERS
     triggers = work / "triggers.txt"
-    triggers.write_text("\n".join(sorted({t for p in PARSERS for t in p.triggers})) + "\n")
+    triggers.write_text("\n".join(sorted({t for p in READERS for t in p.triggers})) + "\n")
     try:
         from parsers.scan import make_backend
         backend = make_backend([b"x"]).name

@@ -7,25 +7,17 @@ import sys
 
 from bot.settings import Settings, SettingsError
 from core.ingest import UnusableInput
-from playbooks.engine import Book, PlaybookError
+from core.facts import LOG_HOLDS_HOST
+from playbooks.engine import PlaybookError
 
 
-def _books(settings: Settings) -> list[Book]:
-    """Built-in playbooks plus TRIAGE_PLAYBOOKS; a user playbook citing a missing runbook section fails here
-    (the built-in ones are checked by the test suite, so start-up does not pay for it)."""
-    from playbooks.engine import BUILTIN, load
+def _engine(settings: Settings):
+    """The diagnosis engine with the built-in playbooks plus TRIAGE_PLAYBOOKS (every file checked at load: a bad
+    symptom, path or citation fails here) and the team's parser options and scanner backend."""
+    from engine import Engine
+    from playbooks.engine import load
     books = load(settings.playbooks, cache=settings.cache_dir / "playbooks")
-    users = [b for b in books if b.path.parent != BUILTIN]
-    if not users:
-        return books
-    from knowledge.runbook import load as load_runbook
-    runbook = load_runbook()
-    for b in users:
-        for step in b.playbook["steps"]:
-            for cite in step["cite"]:
-                if cite not in runbook:
-                    raise PlaybookError(f"{b.path}: step {step['id']} cites '{cite}', which is not a runbook section")
-    return books
+    return Engine(books, settings.parser_options(), settings.scan_backend)
 
 
 def _store(settings: Settings):
@@ -34,9 +26,8 @@ def _store(settings: Settings):
 
 
 def cmd_diagnose(args, settings: Settings) -> int:
-    from bot.engine import diagnose
     from bot.render import diagnosis_text
-    books = _books(settings)
+    engine = _engine(settings)
     store = _store(settings) if (args.record or args.llm) else None
     phraser = _phraser(settings, store) if args.llm else None
     status = 0
@@ -54,14 +45,14 @@ def cmd_diagnose(args, settings: Settings) -> int:
             status = 2
             continue
         try:
-            d = diagnose(src, books, args.lang, progress=progress, options=settings.parser_options())
+            d = engine.diagnose(src, args.lang, progress=progress)
         except UnusableInput as e:
             print(f"triage: {e}", file=sys.stderr)
             status = 2
             continue
         if progress is not None:
             sys.stderr.write("\n")
-        shares += any("log_holds_host" in f.facts for f in d.findings)
+        shares += any(LOG_HOLDS_HOST in f.facts for f in d.findings)
         did = store.record(d, source="cli", job_key=args.job or "") if (store is not None and args.record) else None
         phrasing = phraser.phrase(d, args.lang, did) if phraser else None
         if phrasing is not None and phrasing.answer is None and d.findings:
@@ -154,7 +145,7 @@ def cmd_eval(args, settings: Settings) -> int:
         print(f"triage: {args.corpus}: cannot read corpus ({e})", file=sys.stderr)
         return 2
     try:
-        sc = evaluate(lines, _books(settings), settings.parser_options())
+        sc = evaluate(lines, _engine(settings))
     except ValueError as e:
         print(f"triage: {args.corpus}: {e}", file=sys.stderr)
         return 2
@@ -176,7 +167,7 @@ def cmd_serve(args, settings: Settings) -> int:
     if cfg is not None:
         from bot.llm import Phraser
         phraser = Phraser(cfg, load_runbook(), store)
-    triage = Triage(_books(settings), load_runbook(), store, settings.max_bytes, phraser, settings.parser_options())
+    triage = Triage(_engine(settings), load_runbook(), store, settings.max_bytes, phraser)
     try:
         app = create_app(settings, triage)
     except (SlackApiError, SlackClientError, OSError) as e:

@@ -5,9 +5,8 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-from bot.engine import diagnose
 from core.ingest import UnusableInput, from_bytes
-from playbooks.engine import Book
+from engine import Engine
 
 
 @dataclass
@@ -25,7 +24,7 @@ class Score:
         return self.correct / self.total if self.total else 0.0
 
 
-def evaluate(lines: list[str], books: list[Book], options: dict | None = None) -> Score:
+def evaluate(lines: list[str], engine: Engine) -> Score:
     sc = Score()
     for n, raw in enumerate(lines, 1):
         if not raw.strip():
@@ -37,8 +36,7 @@ def evaluate(lines: list[str], books: list[Book], options: dict | None = None) -
             raise ValueError(f"line {n}: not a corpus case (needs JSON with 'label' and 'text')") from None
         accepted = {label, *case.get("also", [])}
         try:
-            got = [f.symptom for f in diagnose(from_bytes(text.encode(), case.get("id", f"case{n}")), books,
-                                                 options=options).findings]
+            got = [f.symptom for f in engine.diagnose(from_bytes(text.encode(), case.get("id", f"case{n}"))).findings]
         except UnusableInput:
             got = []
         top = got[0] if got else "none"

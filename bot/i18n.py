@@ -1,6 +1,8 @@
 """Words of the deterministic renderer in each supported language (step texts come from the playbooks)."""
 from __future__ import annotations
 
+from core import symptoms
+
 LANGS = ("en", "ko")
 
 TEXT = {
@@ -19,20 +21,9 @@ TEXT = {
            "phrased": "{model}이(가) 다듬은 문장이며, 진단 내용과 대조해 검증했습니다"},
 }
 
-SYMPTOM_NAMES = {
-    "en": {},
-    "ko": {"cuda_oom": "GPU 메모리 부족(CUDA OOM)", "nccl_timeout": "NCCL collective 타임아웃(행)",
-           "nccl_error": "NCCL 오류", "efa_mr_registration": "EFA 메모리 등록 실패",
-           "tcp_fallback": "EFA/IB 대신 TCP 소켓으로 통신", "efa_provider_missing": "libfabric에 EFA provider 없음",
-           "fork_enomem": "fork() 메모리 할당 실패", "loss_spike": "loss 스파이크", "loss_nan": "loss/그래디언트 NaN",
-           "gpu_xid": "GPU 하드웨어/드라이버 오류(Xid)", "nvlink_inactive": "NVLink 링크 다운",
-           "version_mismatch": "버전 불일치", "moe_imbalance": "MoE expert 부하 불균형"},
-}
-
-
 def t(lang: str, key: str) -> str:
     return TEXT.get(lang, TEXT["en"]).get(key, TEXT["en"][key])
 
 
 def symptom_name(lang: str, symptom: str) -> str:
-    return SYMPTOM_NAMES.get(lang, {}).get(symptom, symptom)
+    return symptoms.name(symptom, lang)

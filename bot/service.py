@@ -1,33 +1,31 @@
 """What every interface does with an input: diagnose it, store it, hand back the diagnosis and its id."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from bot.engine import diagnose
 from bot.store import Store
 from core.ingest import UnusableInput, from_bytes
 from core.inputs import Joined, expand
 from core.models import Diagnosis
+from engine import Engine
 from knowledge.runbook import Runbook
-from playbooks.engine import Book
 
 
 @dataclass
 class Triage:
-    books: list[Book]
+    engine: Engine
     runbook: Runbook
     store: Store | None = None
     max_bytes: int = 4 << 30
     phraser: Any = None  # bot.llm.Phraser when TRIAGE_LLM is set
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)   # Settings.parser_options()
 
     def run_all(self, data: bytes, name: str, lang: str = "en", keep_empty: bool = True, **meta: str):
         """Like run, for every member when the data is an archive: yields (name, diagnosis or None, id, error).
         With keep_empty=False a diagnosis without findings is neither stored nor reported (chat, not a log)."""
         for src in expand(from_bytes(data, name, self.max_bytes)):
             try:
-                d = diagnose(src, self.books, lang, options=self.options)
+                d = self.engine.diagnose(src, lang)
             except UnusableInput as e:
                 if keep_empty:
                     yield src.name, None, None, str(e)
@@ -39,7 +37,7 @@ class Triage:
     def run(self, data: bytes, name: str, lang: str = "en", **meta: str) -> tuple[Diagnosis, int | None]:
         """Raises core.ingest.UnusableInput for input that is not a log. The diagnosis is committed to the store
         (when there is one) before this returns, so an answer that fails to post loses nothing."""
-        d = diagnose(from_bytes(data, name, self.max_bytes), self.books, lang, options=self.options)
+        d = self.engine.diagnose(from_bytes(data, name, self.max_bytes), lang)
         did = self.store.record(d, data, **meta) if self.store else None
         return d, did
 
@@ -48,6 +46,6 @@ class Triage:
         """Several inputs of one job read as one log (`@triage together`): one diagnosis, stored once. Raises
         core.ingest.UnusableInput when none of them can be read."""
         joined = Joined(name, [lambda n=n, b=b: expand(from_bytes(b, n, self.max_bytes)) for n, b in inputs])
-        d = diagnose(joined, self.books, lang, options=self.options)
+        d = self.engine.diagnose(joined, lang)
         did = self.store.record(d, b"\0".join(b for _, b in inputs), **meta) if self.store else None
         return d, did

@@ -20,10 +20,6 @@ class SettingsError(Exception):
     pass
 
 
-class StoreError(SettingsError):
-    """TRIAGE_DB cannot be opened or written."""
-
-
 class Secret:
     """A token or key: `get_secret_value()` gives it; repr/str never do (safe in logs and tracebacks)."""
     __slots__ = ("_value",)
@@ -135,25 +131,22 @@ def _llm(v: str) -> str:
     return v
 
 
-def _loss_spike(v: str) -> dict[str, float]:
-    """"rel=0.3,mad_k=4": keys and defaults from parsers.loss.SPIKE."""
-    from parsers.loss import SPIKE, SPIKE_COUNTS
-    out: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in v.split(","))):
-        key, sep, raw = (x.strip() for x in part.partition("="))
-        if not sep or key not in SPIKE:
-            raise ValueError(f"{part!r}: use KEY=VALUE with KEY one of {', '.join(SPIKE)}")
-        try:
-            num = float(raw)
-        except ValueError:
-            raise ValueError(f"{key}: {raw!r} is not a number") from None
-        if num <= 0 or not num < float("inf") or (key in SPIKE_COUNTS and not num.is_integer()):
-            raise ValueError(f"{key} must be a positive {'whole number' if key in SPIKE_COUNTS else 'number'}")
-        out[key] = int(num) if key in SPIKE_COUNTS else num
-    merged = {**SPIKE, **out}
-    if merged["min_history"] > merged["window"]:
-        raise ValueError("min_history cannot be larger than window")
-    return out
+def _loss_spike(v: str):
+    """"rel=0.3,mad_k=4": the loss parser's declared options (parsers.convergence.SpikeThresholds)."""
+    from parsers.base import parse_options
+    from parsers.convergence import SpikeThresholds
+    return parse_options(SpikeThresholds, v)
+
+
+def _scan_backend(v: str) -> str:
+    from importlib.util import find_spec
+
+    from parsers.scan import BACKENDS
+    if v not in BACKENDS:
+        raise ValueError(f"must be one of {', '.join(BACKENDS)}, not {v!r}")
+    if v == "hyperscan" and find_spec("hyperscan") is None:
+        raise ValueError("hyperscan is not installed (pip install 'train-triage[fast]'), use auto or re")
+    return v
 
 
 def _paths(v: str) -> list[str]:
@@ -177,6 +170,7 @@ ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "TRIAGE_LLM_TIMEOUT": ("llm_timeout", _seconds), "TRIAGE_RATE_LIMIT": ("rate_limit", _rate),
     "TRIAGE_LOSS_SPIKE": ("loss_spike", _loss_spike), "TRIAGE_REPORT_CRON": ("report_cron", _cron),
     "TRIAGE_TZ": ("tz", _tz), "TRIAGE_REPORT_CHANNEL": ("report_channel", str),
+    "TRIAGE_SCAN_BACKEND": ("scan_backend", _scan_backend),
 }
 
 
@@ -198,7 +192,8 @@ class Settings:
     llm_api_key: Secret | None = None
     llm_timeout: float = 20.0
     rate_limit: str = "20/60"
-    loss_spike: dict[str, float] = field(default_factory=dict)   # overrides of parsers.loss.SPIKE
+    loss_spike: Any = None    # parsers.convergence.SpikeThresholds when TRIAGE_LOSS_SPIKE is set
+    scan_backend: str = "auto"
     report_cron: str = "0 9 * * 1"
     tz: str = "UTC"
     report_channel: str | None = None
@@ -217,9 +212,9 @@ class Settings:
                 raise SettingsError(f"{var}: {e}") from None
         return cls(**values)
 
-    def parser_options(self) -> dict[str, dict[str, Any]]:
-        """Keyword arguments for parsers, by parser name (bot.engine.diagnose(options=...))."""
-        return {"loss": {"spike": dict(self.loss_spike)}} if self.loss_spike else {}
+    def parser_options(self) -> tuple[Any, ...]:
+        """The parsers' options the team set (instances of the types the parsers declare), for engine.Engine."""
+        return (self.loss_spike,) if self.loss_spike is not None else ()
 
     def llm_config(self) -> LLMConfig | None:
         """The LLM to phrase answers with, or None when TRIAGE_LLM is unset."""

@@ -115,7 +115,7 @@ class SlackBot:
         out = []
         for inp in inputs:
             try:
-                for name, d, did, err in self.triage.run_all(inp.data, inp.name, lang, keep_empty=not inp.pasted,
+                for name, d, did, err in self.triage.run_all(inp.data, inp.name, lang, keep_empty=not inp.maybe_chat,
                                                              **meta):
                     out.append((Input(name, b"", inp.note), d, did, err))
             except UnusableInput as e:
@@ -239,7 +239,7 @@ class SlackBot:
             meta = {"source": "mention", "team": event.get("team", ""), "channel": channel,
                     "user": event.get("user", ""), "thread_ts": root}
             lang = self.lang(client, event.get("user"))
-            logs = [i for i in inputs if not i.pasted]
+            logs = [i for i in inputs if not i.maybe_chat]
             if wants_together(event.get("text", "")) and logs:   # several files, or one archive of them
                 results = self._diagnose_together(logs, meta, lang)
             else:

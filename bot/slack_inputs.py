@@ -18,7 +18,8 @@ class Input:
     name: str
     data: bytes
     note: str = ""
-    pasted: bool = False   # message text rather than a file: kept only if it turns out to be a log
+    maybe_chat: bool = False   # message text that does not look like a log: answered only when a diagnosis
+    #                            finds something in it, and never joined into a "together" diagnosis
 
 
 class DownloadRefused(Exception):
@@ -80,7 +81,7 @@ def message_inputs(msg: dict, token: str, max_bytes: int, hosts: set[str], label
     notes: list[str] = []
     text = message_text(msg.get("text", ""))
     if text:
-        inputs.append(Input(f"{label} (pasted text)", text.encode(), pasted=not looks_like_log(text)))
+        inputs.append(Input(f"{label} (pasted text)", text.encode(), maybe_chat=not looks_like_log(text)))
     for f in msg.get("files", []) or []:
         name = f.get("name") or f.get("title") or "file"
         is_text = (f.get("mimetype", "").startswith("text/") or name.lower().endswith(TEXT_EXT)

@@ -17,11 +17,16 @@ from typing import Any
 import sqlite_utils
 from sqlite_utils import Migrations
 
-from bot.settings import StoreError
+from bot.settings import SettingsError
+from core import symptoms
 from core.models import Diagnosis
 from core.redact import mask_secrets
 
 migrations = Migrations("train-triage")
+
+
+class StoreError(SettingsError):
+    """TRIAGE_DB cannot be opened or written (a settings problem to the CLI: one line, exit code 2)."""
 
 
 @migrations()
@@ -73,8 +78,12 @@ def m004_outbox(db: sqlite_utils.Database) -> None:
     db["outbox"].create_index(["status", "next_at"])
 
 
-# finding fact -> the role a host played in it
-HOST_FACTS = {"lagging_hosts": "lagging", "hosts": "involved", "socket_hosts": "tcp_fallback"}
+@migrations()
+def m005_llm_outcome(db: sqlite_utils.Database) -> None:
+    """The LLM outcome per diagnosis (was added on first use with alter=True); databases that already have it
+    keep it."""
+    if "llm_outcome" not in db["diagnoses"].columns_dict:
+        db["diagnoses"].add_column("llm_outcome", str)
 
 
 def job_key_for(d: Diagnosis, given: str = "") -> str:
@@ -164,7 +173,8 @@ class Store:
     def _nodes(did: int, d: Diagnosis):
         seen = set()
         for f in d.findings:
-            for fact, role in HOST_FACTS.items():
+            declared = symptoms.get(f.symptom)
+            for fact, role in (declared.host_facts.items() if declared else ()):
                 hosts = f.facts.get(fact)
                 for h in hosts if isinstance(hosts, list) else []:
                     if (h, f.symptom, role) not in seen:
@@ -234,7 +244,7 @@ class Store:
                 self.db["llm_cache"].upsert({"key": cache_key, "created_at": now(), "model": model, "lang": lang,
                                              "answer_json": answer}, pk="key")
             if diagnosis_id is not None:
-                self.db["diagnoses"].update(diagnosis_id, {"llm_outcome": outcome}, alter=True)
+                self.db["diagnoses"].update(diagnosis_id, {"llm_outcome": outcome})
 
     def backup(self, dest: str | Path) -> None:
         """SQLite's online backup: safe while the bot is writing."""

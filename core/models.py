@@ -9,12 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from core.symptoms import IDS
+
 SCHEMA = "triage.diagnosis/v1"
 
-SYMPTOMS = (
-    "cuda_oom", "nccl_timeout", "nccl_error", "efa_mr_registration", "tcp_fallback", "efa_provider_missing",
-    "fork_enomem", "loss_spike", "loss_nan", "gpu_xid", "nvlink_inactive", "version_mismatch", "moe_imbalance",
-)
+SYMPTOMS = IDS   # from the registry (core.symptoms)
 
 SEVERITIES = ("critical", "error", "warning")
 OWNERS = ("ml", "infra")

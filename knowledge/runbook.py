@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 HERE = Path(__file__).parent
-_HEADING = re.compile(r"^(#{1,2}) (.+?) \{#([a-z0-9-]+)\}\s*$")
+_HEADING = re.compile(r"^(#{1,2}) (.+?) \{#([a-z0-9_-]+)\}\s*$")
 
 
 @dataclass(frozen=True)

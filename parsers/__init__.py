@@ -1,20 +1,19 @@
-"""Parsers, one module per symptom family, listed explicitly. ContextParser gathers versions and job settings."""
-from parsers import (context, efa_mr, fork, loss, moe, nccl_error, nccl_tests, nvlink, oom, timeout, transport,
-                     unclaimed, versions, xid)
+"""Parsers, one module per symptom family (the family stem names its playbook and runbook page too), listed
+explicitly. Each module exposes PARSERS, its Parser classes; collectors (no symptoms) live in parsers.collectors."""
+from parsers import convergence, efa, gpu, hangs, moe, nccl_errors, oom, versions
+from parsers.collectors import COLLECTORS
 
 PARSERS = (
-    context.ContextParser,
-    oom.PARSER,
-    timeout.PARSER,
-    nccl_error.PARSER,
-    efa_mr.PARSER,
-    transport.PARSER,
-    fork.PARSER,
-    loss.PARSER,
-    xid.PARSER,
-    nvlink.PARSER,
-    versions.PARSER,
-    moe.PARSER,
-    nccl_tests.PARSER,
-    unclaimed.PARSER,
+    *oom.PARSERS,
+    *hangs.PARSERS,
+    *nccl_errors.PARSERS,
+    *efa.PARSERS,
+    *convergence.PARSERS,
+    *gpu.PARSERS,
+    *versions.PARSERS,
+    *moe.PARSERS,
 )
+# What the scanner feeds, in a fixed order: the context collector, the parsers, the other collectors.
+READERS = (COLLECTORS[0], *PARSERS, *COLLECTORS[1:])
+
+__all__ = ["COLLECTORS", "PARSERS", "READERS"]

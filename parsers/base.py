@@ -1,4 +1,5 @@
-"""What every parser shares: the Hit it is fed, the Parser base class, and small extraction helpers."""
+"""What every reader of the log shares: the Hit it is fed, the two contracts (Parser: findings; Collector: context),
+and small extraction helpers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,7 +41,8 @@ class Hit:
 
 @dataclass
 class Context:
-    """Facts gathered across the whole log that several parsers and the playbooks need."""
+    """Facts gathered across the whole log that several parsers and the playbooks need. Collectors fill it before
+    any parser finishes."""
     versions: dict[str, str | None] = field(default_factory=dict)
     versions_seen: dict[str, dict[str, tuple[int, str]]] = field(default_factory=dict)  # value -> first (line, text)
     job: dict[str, Any] = field(default_factory=dict)
@@ -48,23 +50,23 @@ class Context:
     rank_hosts: dict[int, str] = field(default_factory=dict)  # global rank -> host, from NCCL "comm ... rank N" lines
     world_size: int | None = None
     benchmarks: list[dict[str, Any]] = field(default_factory=list)   # nccl-tests tables, for the weekly report
-    unclaimed: list[dict[str, Any]] = field(default_factory=list)    # error templates no parser explained
+    error_lines: list[dict[str, Any]] = field(default_factory=list)  # error-looking line templates, most frequent first
 
 
-class Parser:
-    """One symptom family. Subclasses list trigger literals; the scanner feeds them only lines containing one."""
+class Reader:
+    """What the scanner feeds: trigger literals, and the lines that contain one (with `before`/`after` context).
+
+    A reader may also read its dominant line format chunk-wide: `bulk` is a bytes regex run over whole chunks while
+    `bulk_wanted` (judged on the first MiB) holds, and then only `bulk_triggers` are read line by line."""
     name: ClassVar[str]
     triggers: ClassVar[tuple[str, ...]]
     before: ClassVar[int] = 0
     after: ClassVar[int] = 0
-    # Optional fast path for logs dominated by one line format: a bytes regex run over whole chunks, and the
-    # (rarer) triggers still read line by line while it is active.
     bulk: ClassVar[Any] = None
     bulk_triggers: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def bulk_wanted(cls, sample: bytes) -> bool:
-        """Whether the bulk path should be used, judged on the first MiB of the log."""
         return False
 
     def feed_bulk(self, no: int, match) -> None:
@@ -73,17 +75,31 @@ class Parser:
     def feed(self, hit: Hit) -> None:
         raise NotImplementedError
 
-    def contribute(self, ctx: Context) -> None:
-        """Add log-wide facts to the shared context (runs for every parser before any finish)."""
+
+class Parser(Reader):
+    """One symptom family's detector: fed candidate lines, then asked once for its findings.
+
+    `Options` is the type of the settings a parser takes (a frozen dataclass with defaults), or None; the engine
+    passes the team's instance when there is one and the defaults otherwise."""
+    Options: ClassVar[type | None] = None
+
+    def __init__(self) -> None:
+        self.ev = EvidenceBox()
+
+    def seen(self) -> bool:
+        """Whether evidence of its symptom has been read so far (progress lines)."""
+        return self.ev.total > 0
 
     def finish(self, ctx: Context) -> list[Finding]:
         raise NotImplementedError
 
-    @classmethod
-    def parse(cls, lines: Iterable[str]) -> list[Finding]:
-        """Run this parser alone over plain lines (handy in tests and for one-off use)."""
-        from parsers.scan import scan_lines
-        return scan_lines(lines, (cls,))
+
+class Collector(Reader):
+    """Finds no symptom: reads what the log says about the job (versions, settings, hosts, benchmark tables, error
+    lines) into the Context, before any parser finishes."""
+
+    def collect(self, ctx: Context) -> None:
+        raise NotImplementedError
 
 
 class EvidenceBox:
@@ -158,6 +174,27 @@ HOST_PREFIX = rx(r"^(?:\S+:\s+)*(?:\[\d+,\d+\]<std\w+>:)?([A-Za-z0-9][\w.-]*):(\
 def host_of(text: str) -> str | None:
     m = search(HOST_PREFIX, text)
     return m.group(1) if m else None
+
+
+def parse_options(cls: type, text: str) -> Any:
+    """"key=value,key=value" into a parser's Options dataclass. Every value is a positive number, a whole one for
+    int fields; the dataclass checks how values go together. Raises ValueError naming the key."""
+    import dataclasses
+    kinds = {f.name: f.type for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, raw = (x.strip() for x in part.partition("="))
+        if not sep or key not in kinds:
+            raise ValueError(f"{part!r}: use KEY=VALUE with KEY one of {', '.join(kinds)}")
+        try:
+            num = float(raw)
+        except ValueError:
+            raise ValueError(f"{key}: {raw!r} is not a number") from None
+        whole = kinds[key] in (int, "int")
+        if num <= 0 or not num < float("inf") or (whole and not num.is_integer()):
+            raise ValueError(f"{key} must be a positive {'whole number' if whole else 'number'}")
+        values[key] = int(num) if whole else num
+    return cls(**values)
 
 
 def ranks_text(ranks: Iterable[int], limit: int = 12) -> str:

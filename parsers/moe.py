@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models import Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, rx, search
+from parsers.base import Context, Hit, Parser, rx, search
 
 DEVIATION_LIMIT = 0.20  # the runbook's target: every expert within 20% of the mean load
 DROP_LIMIT = 0.10       # the runbook's target: at most 10% of tokens dropped
@@ -21,7 +21,7 @@ class MoeParser(Parser):
                 "drop fraction", "drop_fraction")
 
     def __init__(self) -> None:
-        self.ev = EvidenceBox()
+        super().__init__()
         self.worst_dev: tuple[float, list[float], int] | None = None
         self.worst_drop: tuple[float, int] | None = None
         self.bad = 0
@@ -81,4 +81,4 @@ class MoeParser(Parser):
                         first_line=self.ev.first())]
 
 
-PARSER = MoeParser
+PARSERS = (MoeParser,)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models import Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, findall, rank_of, ranks_text, rx, search, to_gib
+from parsers.base import Context, Hit, Parser, findall, rank_of, ranks_text, rx, search, to_gib
 
 _SIZE = r"([\d.]+)\s*([KMGT]i?B|bytes)"
 _KINDS = (
@@ -65,7 +65,7 @@ class OomParser(Parser):
     after = 12
 
     def __init__(self) -> None:
-        self.ev = EvidenceBox()
+        super().__init__()
         self.kinds: dict[str, int] = {}
         self.ranks: set[int] = set()
         self.facts: dict[str, Any] = {}
@@ -154,4 +154,4 @@ class OomParser(Parser):
                         first_line=self.ev.first())]
 
 
-PARSER = OomParser
+PARSERS = (OomParser,)

@@ -2,13 +2,11 @@
 attach the context the claiming parsers asked for, and feed them to those parsers in line order."""
 from __future__ import annotations
 
-import os
 import re
 from collections import deque
-from typing import Iterable, Iterator, Sequence
+from typing import Sequence
 
-from core.models import Finding
-from parsers.base import Context, Hit, Parser
+from parsers.base import Hit, Reader
 
 MAX_TEXT = 8192
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]")
@@ -105,9 +103,13 @@ class _HyperscanBackend:
             yield ls, le, first, found
 
 
-def make_backend(literals: list[bytes], prefer: str | None = None):
+BACKENDS = ("auto", "hyperscan", "re")
+
+
+def make_backend(literals: list[bytes], prefer: str = "auto"):
     """hyperscan when it is installed (or asked for), the pure-Python search otherwise."""
-    prefer = prefer or os.environ.get("TRIAGE_SCAN_BACKEND", "auto")
+    if prefer not in BACKENDS:
+        raise ValueError(f"scanner backend must be one of {', '.join(BACKENDS)}, not {prefer!r}")
     if prefer in ("auto", "hyperscan"):
         try:
             return _HyperscanBackend(literals)
@@ -132,7 +134,7 @@ class _Owners(dict):
 
 
 class Scanner:
-    def __init__(self, parsers: Sequence[Parser], backend: str | None = None):
+    def __init__(self, parsers: Sequence[Reader], backend: str = "auto"):
         self.parsers = parsers
         self.backend_name = backend
         self.bulk: list[int] = []          # parsers reading their dominant line format chunk-wide
@@ -265,32 +267,3 @@ class Scanner:
             self._dispatch(hit, who)
         self._pending = []
 
-
-def run(chunks: Iterable[bytes], parser_classes: Sequence[type[Parser]]) -> tuple[list[Parser], int]:
-    parsers = [cls() for cls in parser_classes]
-    sc = Scanner(parsers)
-    for buf in chunks:
-        sc.feed(buf)
-    sc.close()
-    return parsers, sc.lines
-
-
-def _lines_to_chunks(lines: Iterable[str]) -> Iterator[bytes]:
-    yield "".join(line if line.endswith("\n") else line + "\n" for line in lines).encode()
-
-
-def collect(parsers: Sequence[Parser], ctx: Context) -> list[Finding]:
-    """Let every parser add log-wide context first, then gather all findings."""
-    for p in parsers:
-        p.contribute(ctx)
-    out: list[Finding] = []
-    for p in parsers:
-        out.extend(p.finish(ctx))
-    return out
-
-
-def scan_lines(lines: Iterable[str], parser_classes: Sequence[type[Parser]]) -> list[Finding]:
-    from parsers.context import ContextParser
-    classes = [ContextParser, *(c for c in parser_classes if c is not ContextParser)]
-    parsers, _ = run(_lines_to_chunks(lines), classes)
-    return collect(parsers, Context())

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models import Evidence, Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, rx, search
+from parsers.base import Context, Hit, Parser, rx, search
 
 _RULES = (
     ("driver_library", rx(r"Driver/library version mismatch"), "The NVIDIA kernel module and user-space driver "
@@ -31,7 +31,7 @@ class VersionParser(Parser):
                 "unsupported display driver", "cudaErrorInsufficientDriver", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH")
 
     def __init__(self) -> None:
-        self.ev = EvidenceBox()
+        super().__init__()
         self.hits: dict[str, int] = {}
         self.facts: dict[str, Any] = {}
 
@@ -81,4 +81,4 @@ class VersionParser(Parser):
         return out
 
 
-PARSER = VersionParser
+PARSERS = (VersionParser,)

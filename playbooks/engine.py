@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from core import job as J
+from core import versions as V
 from core.models import Change, Finding, Step
+from playbooks.check import Checker
 
 BUILTIN = Path(__file__).parent
 MAX_STEPS = 12
@@ -33,23 +36,24 @@ class Book:
 def load(extra_dirs: Iterable[str | Path] = (), cache: str | Path | None = None) -> list[Book]:
     """User directories come first so their steps win over built-in steps with the same id.
 
-    Every file is validated against `playbooks/schema.py`. With `cache`, the validated form is kept there under a
+    Every file is validated against `playbooks/schema.py` and then against what exists (playbooks.check: symptom
+ids, fact/job/version paths, runbook citations), built-in files too. With `cache`, the validated form is kept there under a
     hash of the file and the schema, so a later start-up with unchanged files skips YAML and pydantic entirely."""
     books: list[Book] = []
     cache = Path(cache) if cache else None
     schema = (BUILTIN / "schema.py").read_bytes() if cache else b""   # part of every cache key: read it once
+    check = Checker()
     for d in [*extra_dirs, BUILTIN]:
         d = Path(d)
         if not d.is_dir():
             raise PlaybookError(f"{d}: playbook directory does not exist")
         for path in sorted(d.glob("*.yaml")):
-            books.extend(Book(path, pb) for pb in _validated(path, cache, schema)["playbooks"])
+            data = _validated(path, cache, schema)
+            problem = check.file(data)
+            if problem:
+                raise PlaybookError(f"{path}: {problem}")
+            books.extend(Book(path, pb) for pb in data["playbooks"])
     return books
-
-
-def load_from_env() -> list[Book]:
-    extra = [p for p in os.environ.get("TRIAGE_PLAYBOOKS", "").split(os.pathsep) if p]
-    return load(extra)
 
 
 def _validated(path: Path, cache: Path | None, schema: bytes) -> dict[str, Any]:
@@ -99,16 +103,17 @@ def derived_job(job: dict[str, Any]) -> dict[str, Any]:
     out = dict(job)
     p = job.get("parameters")
     if isinstance(p, (int, float)) and p > 0:
-        out["model_state_gib_fp32_adam"] = round(p * 16 / 2**30, 1)
-        out["model_state_gib_mixed_adam"] = round(p * 18 / 2**30, 1)
-        out["min_gpus_80gb"] = math.ceil(p * 18 * 1.5 / (80 * 2**30))
+        fp32, mixed, gpus = J.DERIVED_KEYS
+        out[fp32] = round(p * 16 / 2**30, 1)
+        out[mixed] = round(p * 18 / 2**30, 1)
+        out[gpus] = math.ceil(p * 18 * 1.5 / (80 * 2**30))
     return out
 
 
 def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], books: list[Book],
               lang: str = "en") -> list[Step]:
     scope = {"facts": finding.facts, "job": derived_job(job), "versions": versions, "rule": finding.rule,
-             "symptom": finding.symptom}
+             "symptom": finding.symptom, "version_rules": V.evaluate(versions)}
     steps: list[Step] = []
     seen: set[str] = set()
     for book in books:
@@ -137,11 +142,6 @@ def lookup(scope: dict[str, Any], path: str) -> Any:
     return cur
 
 
-def _version(v: Any) -> tuple[int, ...] | None:
-    nums = re.findall(r"\d+", str(v))
-    return tuple(int(n) for n in nums[:4]) if nums else None
-
-
 def _holds(c: dict[str, Any], scope: dict[str, Any]) -> bool:
     op, v = c["op"], lookup(scope, c["path"])
     if op == "exists":
@@ -158,9 +158,7 @@ def _holds(c: dict[str, Any], scope: dict[str, Any]) -> bool:
     if op == "contains":
         return want in v if isinstance(v, (list, str, dict)) else False
     if c["path"].startswith("versions."):
-        v, want = _version(v), _version(want)
-        if v is None or want is None:
-            return False
+        return V.compare(v, op, want)
     try:
         return {"eq": v == want, "ne": v != want, "lt": v < want, "le": v <= want, "gt": v > want,
                 "ge": v >= want}[op]

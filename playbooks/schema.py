@@ -71,7 +71,6 @@ class Playbook(_M):
     symptom: str | list[str]
     when: list[Condition] = []
     steps: list[StepSpec] = Field(min_length=1)
-    examples: list[str] = []
 
 
 class PlaybookFile(_M):

@@ -14,15 +14,20 @@ def books():
     return load()
 
 
+@pytest.fixture(scope="session")
+def engine(books):
+    from engine import Engine
+    return Engine(books)
+
+
 @pytest.fixture
-def run(books):
+def run(engine):
     """Diagnose text (or bytes) with the real engine."""
-    from bot.engine import diagnose
     from core.ingest import from_bytes
 
     def _run(text, name="paste"):
         data = text.encode() if isinstance(text, str) else text
-        return diagnose(from_bytes(data, name), books)
+        return engine.diagnose(from_bytes(data, name))
     return _run
 
 
@@ -34,24 +39,24 @@ class SlackHarness:
         self.fake, self.url, self.store, self.settings = fake, url, store, settings
 
     def post(self, body, content_type, **kw):
-        from fakeslack import post_signed
+        from testkit.fakeslack import post_signed
         return post_signed(self.url + "/slack/events", SECRET, body, content_type, **kw)
 
     def slash(self, text, **kw):
-        from fakeslack import slash_body
+        from testkit.fakeslack import slash_body
         return self.post(slash_body(text, self.fake.response_url(), **kw), "application/x-www-form-urlencoded")
 
     def event(self, event, event_id="Ev1", **kw):
-        from fakeslack import event_body
+        from testkit.fakeslack import event_body
         return self.post(event_body(event, event_id), "application/json", **kw)
 
     def interactive(self, payload):
-        from fakeslack import interactive_body
+        from testkit.fakeslack import interactive_body
         return self.post(interactive_body(payload), "application/x-www-form-urlencoded")
 
 
 @pytest.fixture
-def slack_bot(tmp_path, books):
+def slack_bot(tmp_path, engine):
     """Start the real Bolt app behind the real HTTP server, talking to a fake Slack Web API over HTTP."""
     import threading
 
@@ -60,7 +65,7 @@ def slack_bot(tmp_path, books):
     from bot.settings import Settings
     from bot.slack_app import create_app
     from bot.store import Store
-    from fakeslack import FakeSlack
+    from testkit.fakeslack import FakeSlack
     from knowledge.runbook import load as load_runbook
 
     started = []
@@ -74,9 +79,9 @@ def slack_bot(tmp_path, books):
         if settings.llm_config() is not None:
             from bot.llm import Phraser
             phraser = Phraser(settings.llm_config(), load_runbook(), store)
-        app = create_app(settings, Triage(books, load_runbook(), store, phraser=phraser))
+        app = create_app(settings, Triage(engine, load_runbook(), store, phraser=phraser))
         server = make_server(app, "127.0.0.1", 0)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # fast shutdown
         started.append((fake, server))
         return SlackHarness(fake, f"http://127.0.0.1:{server.server_address[1]}", store, settings)
 

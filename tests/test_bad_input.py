@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import FIXTURES, ROOT
+from testkit.adversarial import ADVERSARIAL_LINES
 
 XID = (FIXTURES / "gpu_xid" / "xid79.log").read_bytes()
 OOM = (FIXTURES / "cuda_oom" / "new_format_fragmented.log").read_bytes()
@@ -86,25 +87,17 @@ def test_truncated_gzip_reads_what_is_there(tmp_path):
     assert doc["findings"][0]["symptom"] == "cuda_oom" and doc["input"]["truncated"]
 
 
-ADVERSARIAL = st.sampled_from([
-    "Watchdog caught collective operation timeout: WorkNCCL(" * 40, "OpType=" + "A" * 5000,
-    "iteration " + "9" * 3000 + "/ | lm loss: " + "1" * 3000 + " |", "NVRM: Xid (PCI:" + "(" * 4000,
-    "Tried to allocate " + "9." * 3000 + " GiB", "loss: " + "nan " * 2000, "[rank" + "1" * 5000 + "]:",
-    "Expert usage: tensor([" + "1," * 4000 + "])", "Unable to register memory (type = " + "2" * 3000,
-    "gpuId 0:\n" + "D " * 3000, "NCCL version " + "2." * 3000, "comm 0x" + "f" * 3000 + " rank 1 nranks 9",
-    "Got completion from peer " + "1." * 2000 + " with status=12", "OSError: [Errno 12] " + "Cannot " * 1000,
-])
+ADVERSARIAL = st.sampled_from(ADVERSARIAL_LINES)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(st.one_of(st.text(max_size=300), ADVERSARIAL), min_size=1, max_size=30))
-def test_parsers_never_raise_and_stay_fast_on_random_and_adversarial_input(lines, books):
-    from bot.engine import diagnose
+def test_parsers_never_raise_and_stay_fast_on_random_and_adversarial_input(lines, engine):
     from core.ingest import UnusableInput, from_bytes
     data = "\n".join(lines).encode("utf-8", errors="replace")
     t0 = time.perf_counter()
     try:
-        diagnose(from_bytes(data), books)
+        engine.diagnose(from_bytes(data))
     except UnusableInput:
         pass
     per_line = (time.perf_counter() - t0) / max(1, data.count(b"\n") + 1)

@@ -47,3 +47,23 @@ def test_the_dump_does_not_alias_the_live_diagnosis():
 def test_values_outside_the_contract_are_refused(make):
     with pytest.raises((ValueError, TypeError)):
         make()
+
+
+def test_store_schema_comes_from_migrations_only(tmp_path, run):
+    """The llm_outcome column is a migration (not added on first use), and an old database that already has it
+    from the former alter=True path migrates cleanly."""
+    import sqlite3
+
+    from bot.store import Store
+    from conftest import FIXTURES
+    fresh = Store(tmp_path / "new.db")
+    assert "llm_outcome" in fresh.db["diagnoses"].columns_dict
+    did = fresh.record(run((FIXTURES / "gpu_xid" / "xid79.log").read_bytes()))
+    fresh.llm_log(diagnosis_id=did, model="m", lang="en", prompt="p", response="r", outcome="accepted", ms=1,
+                  cache_key=None, answer=None)
+    assert fresh.get(did)["llm_outcome"] == "accepted"
+    fresh.db.execute("delete from _sqlite_migrations where name = 'm005_llm_outcome'")
+    fresh.db.conn.commit()
+    again = Store(tmp_path / "new.db")   # the column exists already: the migration must not fail
+    assert again.get(did)["llm_outcome"] == "accepted"
+    assert sqlite3.connect(tmp_path / "new.db").execute("pragma integrity_check").fetchone()[0] == "ok"

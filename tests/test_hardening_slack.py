@@ -11,7 +11,7 @@ XID = (FIXTURES / "gpu_xid" / "xid79.log").read_text()
 
 
 def test_replayed_request_older_than_five_minutes_is_refused(slack_bot):
-    from fakeslack import slash_body
+    from testkit.fakeslack import slash_body
     h = slack_bot()
     status, _, _ = h.post(slash_body(OOM, h.fake.response_url()), "application/x-www-form-urlencoded",
                           ts=int(time.time()) - 6 * 60)
@@ -61,7 +61,7 @@ def test_rate_limited_by_slack_backs_off(tmp_path):
 
     from bot.outbox import Outbox
     from bot.store import Store
-    from fakeslack import FakeSlack
+    from testkit.fakeslack import FakeSlack
     fake = FakeSlack().start()
     try:
         fake.fail["chat.postMessage"] = (429, {"ok": False, "error": "ratelimited"})

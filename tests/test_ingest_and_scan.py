@@ -6,7 +6,7 @@ import io
 import pytest
 
 from core.ingest import Source, UnusableInput, from_bytes
-from parsers.base import Hit, Parser
+from parsers.base import Hit, Reader
 from parsers.scan import Scanner, clean
 
 WATCHDOG = ("[rank{r}]:[E1104 03:12:44.1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
@@ -14,7 +14,7 @@ WATCHDOG = ("[rank{r}]:[E1104 03:12:44.1 ProcessGroupNCCL.cpp:632] [Rank {r}] Wa
             "600100 milliseconds before timing out.")
 
 
-class Collect(Parser):
+class Collect(Reader):
     name = "collect"
     triggers = ("NEEDLE",)
     before = 2

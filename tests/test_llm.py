@@ -11,7 +11,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from bot.guard import PhrasedAnswer, check
 from bot.llm import LLMConfig, Phraser
 from conftest import FIXTURES, ROOT
-from fakellm import FakeLLM, faithful
+from testkit.fakellm import FakeLLM, faithful
 from knowledge.runbook import load as load_runbook
 
 SECRET_LOG = (

@@ -1,4 +1,4 @@
-"""Playbooks are data: validated at load, every citation is a real runbook section, examples trigger them."""
+"""Playbooks are data: validated at load, every citation is a real runbook section, each fires on a fixture."""
 import textwrap
 
 import pytest
@@ -16,19 +16,22 @@ def test_every_cite_resolves_to_a_runbook_section(books):
     assert missing == []
 
 
-def test_every_symptom_has_a_playbook_and_examples_trigger_it(books, run):
+def test_every_symptom_has_a_playbook_and_each_playbook_fires_on_a_fixture(books, run):
+    """Fixtures live in tests/fixtures/<symptom>/: each playbook gives a step to a fixture of one of its symptoms."""
     from core.models import SYMPTOMS
+
     def symptoms(b):
         pb = b.playbook
         return pb["symptom"] if isinstance(pb["symptom"], list) else [pb["symptom"]]
     assert {s for b in books for s in symptoms(b)} == set(SYMPTOMS)
     for b in books:
-        assert b.playbook["examples"], f"{b.path}: {b.playbook['symptom']} has no example"
-        for ex in b.playbook["examples"]:
-            d = run((FIXTURES / ex).read_bytes())
-            assert d.findings[0].symptom in symptoms(b), ex
-            first_step = b.playbook["steps"][0]["id"]
-            assert any(s.id.split(".")[0] == first_step.split(".")[0] for s in d.findings[0].steps), ex
+        mine = {s["id"] for s in b.playbook["steps"]}
+        fired = False
+        for sym in symptoms(b):
+            for path in sorted((FIXTURES / sym).glob("*.log")):
+                d = run(path.read_bytes())
+                fired |= any(s.id in mine for f in d.findings if f.symptom in symptoms(b) for s in f.steps)
+        assert fired, f"{b.path.name}: no fixture of {symptoms(b)} gets a step from this playbook"
 
 
 def test_bad_playbook_fails_loudly_naming_file_and_field(tmp_path):
@@ -60,10 +63,9 @@ def test_user_playbook_dir_overrides_and_adds_steps(tmp_path, run):
                 text: Our AMI already sets it; check the job script instead.
                 cite: [efa#env-vars]
     """))
-    from bot.engine import diagnose
     from core.ingest import from_bytes
-    books = load([tmp_path])
-    d = diagnose(from_bytes((FIXTURES / "fork_enomem" / "dataloader.log").read_bytes()), books)
+    from engine import Engine
+    d = Engine(load([tmp_path])).diagnose(from_bytes((FIXTURES / "fork_enomem" / "dataloader.log").read_bytes()))
     ids = [s.id for s in d.findings[0].steps]
     assert ids[:2] == ["fork_enomem.team_first", "fork_enomem.huge_pages"]
     assert d.findings[0].steps[0].text == "Page the on-call for node 1."
@@ -108,11 +110,67 @@ def test_user_playbook_citing_a_missing_section_is_refused_at_start(tmp_path):
               - id: gpu_xid.mine
                 owner: infra
                 text: Call the vendor.
-                cite: [gpu-health#no-such-section]
+                cite: [gpu#no-such-section]
     """))
     r = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", str(FIXTURES / "gpu_xid" / "xid79.log")],
                        capture_output=True, cwd=ROOT, env={**os.environ, "TRIAGE_PLAYBOOKS": str(tmp_path)})
-    assert r.returncode == 2 and "gpu-health#no-such-section" in r.stderr.decode()
+    assert r.returncode == 2 and "gpu#no-such-section" in r.stderr.decode()
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("symptom", "cuda_oomm", "unknown symptom 'cuda_oomm' (did you mean cuda_oom?)"),
+    ("when", "[{path: facts.tried_gb, op: gt, value: 1}]",
+     "'facts.tried_gb': cuda_oom findings carry no fact 'tried_gb' (did you mean tried_gib?)"),
+    ("when", "[{path: job.micro_batch, op: exists}]", "'job.micro_batch': no job setting 'micro_batch' (did you mean "
+                                                      "micro_batch_size?)"),
+    ("when", "[{path: versions.ncl, op: ge, value: '2.19'}]", "no version 'ncl' (did you mean nccl?)"),
+    ("when", "[{path: version_rules.efa_sync, op: eq, value: true}]", "no version rule 'efa_sync'"),
+    ("cite", "[oom#micro-batches]", "'oom#micro-batches' is not a runbook section (did you mean oom#micro-batch?)"),
+    ("text", "Halve {job.micro_batch_sz}.", "'job.micro_batch_sz': no job setting"),
+])
+def test_a_playbook_naming_what_does_not_exist_fails_at_load(tmp_path, field, value, said):
+    """The README's promise: a typo in a symptom, a path or a citation stops start-up with file, field and the
+    nearest valid name, instead of loading a playbook that never fires."""
+    step = {"when": "[]", "cite": "[oom#micro-batch]", "text": "Halve it."}
+    symptom = value if field == "symptom" else "cuda_oom"
+    if field != "symptom":
+        step[field] = value
+    (tmp_path / "team.yaml").write_text(textwrap.dedent(f"""
+        playbooks:
+          - symptom: {symptom}
+            steps:
+              - id: team.one
+                owner: ml
+                text: "{step['text']}"
+                when: {step['when']}
+                cite: {step['cite']}
+    """))
+    with pytest.raises(PlaybookError) as e:
+        load([tmp_path])
+    msg = str(e.value)
+    assert msg.startswith(str(tmp_path / "team.yaml")) and said in msg and "playbooks[0]" in msg
+
+
+def test_every_built_in_playbook_passes_the_same_load_time_check():
+    from playbooks.check import Checker
+    from playbooks.engine import BUILTIN, _validate
+    for path in sorted(BUILTIN.glob("*.yaml")):
+        assert Checker().file(_validate(path, path.read_bytes())) is None, path
+
+
+def test_a_user_playbook_with_a_near_miss_path_that_exists_loads(tmp_path):
+    """job.env.ANY is open (any variable the log shows), and facts of any of the listed symptoms are allowed."""
+    (tmp_path / "ok.yaml").write_text(textwrap.dedent("""
+        playbooks:
+          - symptom: [nccl_timeout, tcp_fallback]
+            steps:
+              - id: team.env
+                owner: infra
+                when: [{path: job.env.MY_TEAM_VAR, op: exists}, {path: facts.socket_hosts, op: nonempty}]
+                text: "Lagging {facts.lagging_hosts}"
+                cite: [hangs#debug-logging]
+    """))
+    assert any(b.path.name == "ok.yaml" for b in load([tmp_path]))
 
 
 def _team_playbook(text="Page the on-call."):

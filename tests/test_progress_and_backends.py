@@ -9,7 +9,7 @@ import pytest
 
 from conftest import FIXTURES, ROOT
 
-GEN = [sys.executable, str(ROOT / "bench" / "gen_logs.py")]
+GEN = [sys.executable, str(ROOT / "testkit" / "gen_logs.py")]
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +41,10 @@ def test_progress_only_on_a_terminal(big_log):
     assert b"read" in out and b"MiB/s" in out and b"symptom family" in out
 
 
-def test_injected_failures_found_at_their_lines(big_log, books):
-    from bot.engine import diagnose
+def test_injected_failures_found_at_their_lines(big_log, engine):
     from core.inputs import open_path
     path, info = big_log
-    d = diagnose(open_path(str(path), 1 << 40), books)
+    d = engine.diagnose(open_path(str(path), 1 << 40))
     first = {f.symptom: f.evidence[0].line for f in d.findings}
     assert first == info["injected"]
     timeout = next(f for f in d.findings if f.symptom == "nccl_timeout")
@@ -55,28 +54,23 @@ def test_injected_failures_found_at_their_lines(big_log, books):
 
 def test_hyperscan_and_pure_python_scanners_agree(books):
     pytest.importorskip("hyperscan")
-    from bot.engine import diagnose
     from core.ingest import from_bytes
+    from engine import Engine
     from parsers import scan
     cases = sorted(FIXTURES.rglob("*.log"))
     assert len(cases) > 50
     for path in cases:
         out = {}
         for backend in ("re", "hyperscan"):
-            os.environ["TRIAGE_SCAN_BACKEND"] = backend
-            try:
-                out[backend] = diagnose(from_bytes(path.read_bytes(), path.name), books).to_json_dict()
-            finally:
-                del os.environ["TRIAGE_SCAN_BACKEND"]
+            out[backend] = Engine(books, backend=backend).diagnose(from_bytes(path.read_bytes(), path.name)).to_json_dict()
         assert out["re"] == out["hyperscan"], path
     assert isinstance(scan.make_backend([b"x"], "re"), scan._ReBackend)
     assert isinstance(scan.make_backend([b"x"], "hyperscan"), scan._HyperscanBackend)
 
 
-def test_megatron_bulk_path_matches_line_by_line_reading(books, monkeypatch, tmp_path):
-    from bot.engine import diagnose
+def test_megatron_bulk_path_matches_line_by_line_reading(engine, monkeypatch, tmp_path):
     from core.ingest import from_bytes
-    from parsers.loss import LossParser
+    from parsers.convergence import LossParser
     from parsers.scan import Scanner
     gen = json.loads(subprocess.run([*GEN, "megatron", str(tmp_path / "m.log"), "--mb", "3"], capture_output=True,
                                     check=True).stdout)
@@ -91,9 +85,9 @@ def test_megatron_bulk_path_matches_line_by_line_reading(books, monkeypatch, tmp
     sc = Scanner([LossParser()])
     sc.feed(cases[0])
     assert sc.bulk == [0]
-    bulk = [diagnose(from_bytes(c), books).to_json_dict() for c in cases]
+    bulk = [engine.diagnose(from_bytes(c)).to_json_dict() for c in cases]
     monkeypatch.setattr(LossParser, "bulk_wanted", classmethod(lambda cls, sample: False))
-    plain = [diagnose(from_bytes(c), books).to_json_dict() for c in cases]
+    plain = [engine.diagnose(from_bytes(c)).to_json_dict() for c in cases]
     assert bulk == plain
     assert bulk[0]["findings"][0]["facts"]["line"] == gen["injected"]["loss_spike"]
     assert [f["symptom"] for f in bulk[1]["findings"]] == ["loss_nan", "loss_spike"]

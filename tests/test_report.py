@@ -118,7 +118,7 @@ def test_empty_period_has_no_data_sections(seeded, tmp_path):
 def test_post_through_fake_slack_and_schedule_fires_once(seeded, tmp_path):
     from slack_sdk import WebClient
 
-    from fakeslack import FakeSlack
+    from testkit.fakeslack import FakeSlack
     store, _ = seeded
     fake = FakeSlack().start()
     try:

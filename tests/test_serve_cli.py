@@ -45,7 +45,7 @@ def test_unwritable_database_is_reported_clearly(tmp_path):
 
 
 def test_serve_process_answers_a_slash_command_end_to_end(tmp_path):
-    from fakeslack import FakeSlack, post_signed, slash_body
+    from testkit.fakeslack import FakeSlack, post_signed, slash_body
     fake = FakeSlack().start()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -94,7 +94,7 @@ def test_socket_mode_is_chosen_when_app_token_is_set():
     assert "xoxb-1" not in repr(s)
 
 
-def test_socket_mode_end_to_end_over_a_local_websocket(tmp_path, books):
+def test_socket_mode_end_to_end_over_a_local_websocket(tmp_path, engine):
     import json as _json
     import time as _time
 
@@ -104,15 +104,15 @@ def test_socket_mode_end_to_end_over_a_local_websocket(tmp_path, books):
     from bot.settings import Settings
     from bot.slack_app import create_app
     from bot.store import Store
-    from fakeslack import FakeSlack
-    from fakesocket import FakeSocketMode
+    from testkit.fakeslack import FakeSlack
+    from testkit.fakesocket import FakeSocketMode
     from knowledge.runbook import load as load_runbook
     fake, ws = FakeSlack().start(), FakeSocketMode()
     fake.socket_url = ws.url
     settings = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-sock", "SLACK_APP_TOKEN": "xapp-1-sock",
                                   "SLACK_API_BASE_URL": fake.api, "TRIAGE_DB": str(tmp_path / "s.db")})
     assert settings.require_slack() == "socket"
-    app = create_app(settings, Triage(books, load_runbook(), Store(settings.db)))
+    app = create_app(settings, Triage(engine, load_runbook(), Store(settings.db)))
     handler = SocketModeHandler(app, settings.slack_app_token.get_secret_value())
     try:
         handler.connect()

@@ -31,7 +31,8 @@ def test_defaults_follow_xdg_directories(tmp_path, monkeypatch):
     ("TRIAGE_MAX_BYTES", "0"), ("TRIAGE_MAX_BYTES", "4GB"), ("TRIAGE_MAX_FILE_BYTES", "-1"),
     ("TRIAGE_LLM_TIMEOUT", "601"), ("TRIAGE_LLM_TIMEOUT", "soon"), ("TRIAGE_RATE_LIMIT", "20 per minute"),
     ("TRIAGE_REPORT_CRON", "0 9 * *"), ("TRIAGE_TZ", "Mars/Olympus"), ("TRIAGE_RUNBOOK_URL", "wiki/runbook"),
-    ("SLACK_APP_TOKEN", "xoxb-not-an-app-token"), ("TRIAGE_LLM", "openai"),
+    ("SLACK_APP_TOKEN", "xoxb-not-an-app-token"), ("TRIAGE_LLM", "openai"), ("TRIAGE_SCAN_BACKEND", "hyperscn"),
+    ("TRIAGE_LOSS_SPIKE", "rel=0"),
 ])
 def test_a_bad_value_names_its_variable(var, value):
     with pytest.raises(SettingsError) as e:
@@ -48,3 +49,14 @@ def test_secrets_never_show_in_repr_or_str():
         assert v not in shown
     assert s.slack_bot_token.get_secret_value() == "xoxb-123-secretvalue"
     assert s.llm_config().api_key.get_secret_value() == "sk-llmsecret"
+
+
+def test_parser_options_are_the_parsers_own_types_and_reach_the_engine():
+    from parsers.convergence import LossParser, SpikeThresholds
+    s = Settings.from_env({"TRIAGE_LOSS_SPIKE": "rel=0.3, window=10", "TRIAGE_SCAN_BACKEND": "re"})
+    assert s.parser_options() == (SpikeThresholds(rel=0.3, window=10),) and s.scan_backend == "re"
+    assert LossParser.Options is SpikeThresholds and Settings.from_env({}).parser_options() == ()
+    from engine import Engine
+    readers = Engine([], s.parser_options())._readers()
+    loss = next(r for r in readers if isinstance(r, LossParser))
+    assert loss.spike.rel == 0.3 and loss.spike.window == 10 and loss.spike.mad_k == 6.0

@@ -63,7 +63,7 @@ def test_channel_outside_allow_list_is_refused_politely(slack_bot):
 
 
 def test_bad_signature_is_rejected(slack_bot):
-    from fakeslack import post_signed, slash_body
+    from testkit.fakeslack import post_signed, slash_body
     h = slack_bot()
     status, _, _ = post_signed(h.url + "/slack/events", "wrong-secret", slash_body(OOM, h.fake.response_url()),
                                "application/x-www-form-urlencoded")
@@ -235,7 +235,7 @@ def test_long_answer_attaches_the_full_diagnosis(slack_bot):
 
 
 def test_korean_locale_gets_a_korean_phrased_answer_with_real_values(slack_bot):
-    from fakellm import FakeLLM
+    from testkit.fakellm import FakeLLM
     llm = FakeLLM("echo")
     try:
         h = slack_bot(TRIAGE_LLM="openai:gpt-test", TRIAGE_LLM_BASE_URL=llm.url)

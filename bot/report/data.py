@@ -9,11 +9,15 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bot.store import Store
-from parsers.context import FLAG_TO_KEY
+from core import facts as F
+from core import job as J
+from core import symptoms as S
+from core import versions as V
 
 SEVERITY_WEIGHT = {"critical": 3, "error": 2, "warning": 1}
-CONFIG_TO_KEY = {"zero_optimization.stage": "zero_stage", "train_micro_batch_size_per_gpu": "micro_batch_size",
-                 "gradient_clipping": "clip_grad"}
+HARDWARE = S.in_group(S.HARDWARE)
+TRAINING = S.in_group(S.TRAINING)
+ROUTING = S.in_group(S.ROUTING)
 # What the instance's fabric should carry, GB/s: one GPU's NVLink share inside a node (unidirectional) and the
 # node's EFA total across nodes. From the runbook's instance facts.
 EXPECTED_BUSBW = {"p4d": (300.0, 50.0), "p4de": (300.0, 50.0), "p5": (450.0, 400.0), "p5e": (450.0, 400.0),
@@ -118,14 +122,10 @@ def _nodes(r: ReportData, store: Store, ids: list[int]) -> None:
         h["roles"].add(n["role"])
     out = []
     for h in hosts.values():
-        suspicious = {"lagging", "tcp_fallback"} & h["roles"] or {"gpu_xid", "nvlink_inactive"} & set(h["symptoms"])
+        suspicious = F.SUSPECT_ROLES & h["roles"] or HARDWARE & set(h["symptoms"])
         if len(h["ids"]) >= 2 or suspicious:
             out.append({**h, "ids": sorted(h["ids"]), "incidents": len(h["ids"]), "roles": sorted(h["roles"])})
     r.nodes = sorted(out, key=lambda h: (-h["incidents"], h["host"]))
-
-
-def _vkey(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v)[:4])
 
 
 def _versions(r: ReportData, rows: list[dict], docs: dict[int, dict]) -> None:
@@ -136,16 +136,9 @@ def _versions(r: ReportData, rows: list[dict], docs: dict[int, dict]) -> None:
             if val:
                 seen[comp][val].append(row["id"])
         v = doc.get("versions") or {}
-        ids = [row["id"]]
-        if v.get("efa_installer") and v.get("nccl") and _vkey(v["efa_installer"]) < (1, 29, 1) \
-                and _vkey(v["nccl"]) >= (2, 19):
-            r.version_warnings.append({"ids": ids, "text": f"efa-installer {v['efa_installer']} with NCCL {v['nccl']}: "
-                                       "the pairing behind register_rail_mr_buffer RC -22 (upgrade efa-installer)"})
-        if v.get("libfabric") and _vkey(v["libfabric"]) < (1, 17):
-            r.version_warnings.append({"ids": ids, "text": f"libfabric {v['libfabric']} is older than 1.17"})
-        if v.get("aws_ofi_nccl") and _vkey(v["aws_ofi_nccl"]) <= (1, 5, 0):
-            r.version_warnings.append({"ids": ids, "text": f"aws-ofi-nccl {v['aws_ofi_nccl']} needs FI_PROVIDER=efa "
-                                       "and NCCL_PROTO=simple; upgrade it"})
+        for rule in V.RULES:
+            if rule.holds(v):
+                r.version_warnings.append({"ids": [row["id"]], "text": rule.text.format(**v)})
     r.versions = {k: dict(v) for k, v in sorted(seen.items())}
 
 
@@ -180,8 +173,8 @@ def _changes(r: ReportData, rows: list[dict], docs: dict[int, dict], store: Stor
 def _applied(rec: dict[str, Any], job: dict[str, Any]) -> bool:
     want = str(rec["to"]).lower()
     if rec["kind"] == "env":
-        return str((job.get("env") or {}).get(rec["name"], "")).lower() == want
-    key = FLAG_TO_KEY.get(rec["name"].lstrip("-")) if rec["kind"] == "flag" else CONFIG_TO_KEY.get(rec["name"])
+        return str((job.get(J.ENV) or {}).get(rec["name"], "")).lower() == want
+    key = J.key_of_change(rec["kind"], rec["name"])
     return key is not None and key in job and str(job[key]).lower() == want
 
 
@@ -189,15 +182,15 @@ def _training(r: ReportData, rows: list[dict], docs: dict[int, dict]) -> None:
     per_job: dict[str, dict[str, Any]] = {}
     for row in rows:
         for f in docs[row["id"]].get("findings", []):
-            if f["symptom"] in ("loss_spike", "loss_nan"):
-                j = per_job.setdefault(row["job_key"], {"job": row["job_key"], "loss_spike": 0, "loss_nan": 0,
+            if f["symptom"] in TRAINING:
+                j = per_job.setdefault(row["job_key"], {"job": row["job_key"], **dict.fromkeys(sorted(TRAINING), 0),
                                                         "ids": []})
                 j[f["symptom"]] += 1
                 j["ids"].append(row["id"])
-            elif f["symptom"] == "moe_imbalance":
+            elif f["symptom"] in ROUTING:
                 r.moe.append({"id": row["id"], "at": row["created_at"], "job": row["job_key"],
-                              "max_deviation": f["facts"].get("max_deviation"), "drop_rate": f["facts"].get("drop_rate")})
-    r.loss = sorted(per_job.values(), key=lambda j: (-(j["loss_spike"] + j["loss_nan"]), j["job"]))
+                              F.MAX_DEVIATION: f["facts"].get(F.MAX_DEVIATION), F.DROP_RATE: f["facts"].get(F.DROP_RATE)})
+    r.loss = sorted(per_job.values(), key=lambda j: (-sum(j[s] for s in TRAINING), j["job"]))
 
 
 def _benchmarks(r: ReportData, store: Store, ids: list[int]) -> None:
@@ -233,7 +226,7 @@ def _tune_next(r: ReportData) -> None:
         out.append({"priority": priority, "text": text, "evidence": evidence, "ids": sorted(set(ids))})
 
     for n in r.nodes:
-        if n["incidents"] >= 2 or "lagging" in n["roles"] or {"gpu_xid", "nvlink_inactive"} & set(n["symptoms"]):
+        if n["incidents"] >= 2 or F.ROLE_LAGGING in n["roles"] or HARDWARE & set(n["symptoms"]):
             add(0, f"Drain and health-check {n['host']}: in {n['incidents']} incident(s) "
                    f"({', '.join(sorted(n['symptoms']))})", n["incidents"], n["ids"])
     for w in r.version_warnings:
@@ -255,7 +248,7 @@ def _tune_next(r: ReportData) -> None:
         vals = r.versions.get(comp, {})
         if len(vals) > 1:
             ids = [i for v in vals.values() for i in v]
-            add(4, f"Pin {comp}: {len(vals)} versions seen ({', '.join(sorted(vals, key=_vkey))})", len(set(ids)), ids)
+            add(4, f"Pin {comp}: {len(vals)} versions seen ({', '.join(sorted(vals, key=V.parse))})", len(set(ids)), ids)
     for u in r.unclaimed[:3]:
         if u["diagnoses"] >= 2:
             add(5, f"Write a playbook for the unrecognised error '{u['template'][:80]}'", u["diagnoses"],

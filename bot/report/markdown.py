@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.report.data import ReportData
+from core import facts as F
 
 
 def _ids(ids, limit: int = 8) -> str:
@@ -69,8 +70,8 @@ def render(r: ReportData, charts: list[Path]) -> str:
             out += [f"| {j['job']} | {j['loss_spike']} | {j['loss_nan']} | {_ids(j['ids'])} |" for j in r.loss[:10]]
         if r.moe:
             out += ["", "MoE imbalance over time:", ""]
-            out += [f"- {m['at'][:16]} {m['job']}: max expert deviation {m['max_deviation']}, drop rate "
-                    f"{m['drop_rate']} (#{m['id']})" for m in r.moe[:10]]
+            out += [f"- {m['at'][:16]} {m['job']}: max expert deviation {m[F.MAX_DEVIATION]}, drop rate "
+                    f"{m[F.DROP_RATE]} (#{m['id']})" for m in r.moe[:10]]
         out.append("")
     if r.benchmarks:
         out += ["## nccl-tests bus bandwidth", "", "| diagnosis | test | nodes × instance | busbw at largest size | "

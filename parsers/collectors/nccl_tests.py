@@ -4,8 +4,7 @@ Not a symptom: the numbers go to the diagnosis' `benchmarks` for the weekly repo
 what the instance type should reach."""
 from __future__ import annotations
 
-from core.models import Finding
-from parsers.base import Context, Hit, Parser, rx, search
+from parsers.base import Collector, Context, Hit, rx, search
 
 _TYPES = ("float", "half", "bfloat16", "double", "int8", "uint8", "int32", "uint32", "int64", "uint64", "fp8_e4m3")
 _ROW = rx(r"^\s*(\d+)\s+(\d+)\s+(" + "|".join(_TYPES) + r")\s+(\S+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)")
@@ -16,7 +15,7 @@ _GPU_TO_INSTANCE = (("B300", "p6-b300"), ("GB200", "p6e-gb200"), ("B200", "p6-b2
                     ("H100", "p5"), ("A100", "p4d"))
 
 
-class NcclTestsParser(Parser):
+class NcclTestsCollector(Collector):
     name = "nccl_tests"
     triggers = (*(f" {t} " for t in _TYPES), "Avg bus bandwidth", "_perf", "# Rank ", "#  Rank ")
 
@@ -49,7 +48,7 @@ class NcclTestsParser(Parser):
         if m and not self.op:
             self.op = m.group(1)
 
-    def contribute(self, ctx: Context) -> None:
+    def collect(self, ctx: Context) -> None:
         if not self.rows:
             return
         best = max(self.rows, key=lambda r: r["size_bytes"])
@@ -61,8 +60,5 @@ class NcclTestsParser(Parser):
             "max_size_busbw": best["busbw"], "max_size_bytes": best["size_bytes"], "ranks": self.ranks or None,
             "nodes": len(self.hosts) or None, "gpu": self.gpu, "instance": instance})
 
-    def finish(self, ctx: Context) -> list[Finding]:
-        return []
 
-
-PARSER = NcclTestsParser
+COLLECTOR = NcclTestsCollector

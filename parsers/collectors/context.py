@@ -1,14 +1,14 @@
 """Context the findings and playbooks need: versions, the job's settings (Megatron/DeepSpeed args), hosts, world size.
 
-This parser emits no findings. `versions_seen` keeps every distinct version per component so the
+This collector finds no symptom. `versions_seen` keeps every distinct version per component so the
 version_mismatch parser can tell when ranks disagree."""
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from core.models import Finding
-from parsers.base import Context, Hit, Parser, findall, host_of, rx, search
+from core import job as J
+from parsers.base import Collector, Context, Hit, findall, host_of, rx, search
 
 # (component, literals one of which must be on the line, pattern)
 _VERSION_RULES: tuple[tuple[str, tuple[str, ...], Any], ...] = (
@@ -24,20 +24,6 @@ _VERSION_RULES: tuple[tuple[str, tuple[str, ...], Any], ...] = (
      rx(r"EFA installer version:?\s*(\d+\.\d+\.\d+)|aws-efa-installer-(\d+\.\d+\.\d+)")),
 )
 
-_JOB_KEYS = {
-    "micro_batch_size": int, "global_batch_size": int, "tensor_model_parallel_size": int,
-    "pipeline_model_parallel_size": int, "virtual_pipeline_model_parallel_size": int, "num_layers": int,
-    "num_layers_per_virtual_pipeline_stage": int, "recompute_granularity": str, "recompute_activations": bool,
-    "checkpoint_activations": bool, "clip_grad": float, "lr": float, "lr_warmup_iters": int, "fp16": bool,
-    "bf16": bool, "moe_aux_loss_coeff": float, "moe_expert_capacity_factor": float, "num_experts": int,
-    "distributed_timeout_minutes": int, "zero_stage": int, "zero_optimization_stage": int, "initial_loss_scale": float,
-    "data_parallel_size": int, "world_size": int, "layernorm_epsilon": float, "use_distributed_optimizer": bool,
-    "train_micro_batch_size_per_gpu": int, "gradient_clipping": float, "initial_scale_power": int,
-    "expert_model_parallel_size": int, "seq_length": int,
-}
-_ALIASES = {"zero_optimization_stage": "zero_stage", "train_micro_batch_size_per_gpu": "micro_batch_size",
-            "checkpoint_activations": "recompute_activations", "gradient_clipping": "clip_grad"}
-
 _ARG_DUMP = rx(r"^\s*(?:\[[^\]]*\]:?\s*)*(?:\S+\]\s+)?(\w+)\s(?:\.{2,}\s|\s+)(\S+)\s*$")
 _JSON_KV = rx(r'"(train_micro_batch_size_per_gpu|gradient_clipping|initial_scale_power|reduce_bucket_size)"\s*:\s*([\d.eE+-]+)')
 _FLAG = rx(r"(?<!\S)--([a-z][a-z0-9-]+)(?:[ =]([^\s-][^\s]*|-?\d[^\s]*))?")
@@ -48,35 +34,7 @@ _COMM_RANK = rx(r"\bcomm 0x[0-9a-fA-F]+ rank (\d+) nranks (\d+)")
 _NRANKS = rx(r"\bnranks (\d+)\b|\bworld[_ ]size[=: ]+(\d+)|\bWORLD_SIZE=(\d+)")
 _INSTANCE = rx(r"\b(p4de?|p5en|p5e|p5|p6-b200|p6-b300|p6e-gb200|g5|g6e?)\.\d*x?large\b|Running on (\w+)[\w.-]* platform")
 
-FLAG_TO_KEY = {
-    "micro-batch-size": "micro_batch_size", "global-batch-size": "global_batch_size",
-    "tensor-model-parallel-size": "tensor_model_parallel_size", "pipeline-model-parallel-size": "pipeline_model_parallel_size",
-    "virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size", "num-layers": "num_layers",
-    "clip-grad": "clip_grad", "lr": "lr", "lr-warmup-iters": "lr_warmup_iters", "zero-stage": "zero_stage",
-    "moe-aux-loss-coeff": "moe_aux_loss_coeff", "moe-expert-capacity-factor": "moe_expert_capacity_factor",
-    "num-experts": "num_experts", "recompute-activations": "recompute_activations",
-    "checkpoint-activations": "recompute_activations", "fp16": "fp16", "bf16": "bf16",
-    "distributed-timeout-minutes": "distributed_timeout_minutes", "expert-model-parallel-size": "expert_model_parallel_size",
-}
-
-
-def _coerce(kind: type, raw: str) -> Any:
-    raw = raw.strip().rstrip(",")
-    if kind is bool:
-        if raw.lower() in ("true", "1", "yes"):
-            return True
-        if raw.lower() in ("false", "0", "no", "none"):
-            return False
-        return None
-    if raw.lower() in ("none", "null"):
-        return None
-    try:
-        return kind(float(raw)) if kind is int else kind(raw)
-    except ValueError:
-        return None
-
-
-class ContextParser(Parser):
+class ContextCollector(Collector):
     name = "context"
     triggers = (
         "NCCL version", "aws-ofi-nccl", "Libfabric version", "libfabric:", "fi_info", "Driver Version",
@@ -149,21 +107,21 @@ class ContextParser(Parser):
                 self.versions.setdefault("cuda", f"{cu[:-1]}.{cu[-1]}")
         if " ...." in t or "_per_gpu " in t or "_stage " in t:
             m = search(_ARG_DUMP, t)
-            if m and m.group(1) in _JOB_KEYS:
+            if m and m.group(1) in J.SETTINGS:
                 self._set(m.group(1), m.group(2))
         if '"' in t:
             for m in findall(_JSON_KV, t):
-                if m.group(1) in _JOB_KEYS:
+                if m.group(1) in J.SETTINGS:
                     self._set(m.group(1), m.group(2))
         if "--" in t and "---" not in t:
             for m in findall(_FLAG, t):
-                key = FLAG_TO_KEY.get(m.group(1))
+                key = J.FLAG_TO_KEY.get(m.group(1))
                 if key:
-                    kind = _JOB_KEYS[key]
+                    kind = J.SETTINGS[key]
                     self._set(key, m.group(2) if kind is not bool else "true")
         if "_" in t and "environment variable to" not in t:  # the plugin's own settings are not the user's
             for m in findall(_ENV, t):
-                env = self.job.setdefault("env", {})
+                env = self.job.setdefault(J.ENV, {})
                 if len(env) < 64:
                     env.setdefault(m.group(1), m.group(2).rstrip(".)"))
         m = search(_PARAMS, t) if "arameters" in t or "params" in t else None
@@ -183,12 +141,12 @@ class ContextParser(Parser):
     def _set(self, key: str, raw: str | None) -> None:
         if raw is None:
             return
-        val = _coerce(_JOB_KEYS[key], raw)
-        if val is None and _JOB_KEYS[key] is not str:
+        val = J.coerce(J.SETTINGS[key], raw)
+        if val is None and J.SETTINGS[key] is not str:
             return
-        self.job.setdefault(_ALIASES.get(key, key), val)
+        self.job.setdefault(J.ALIASES.get(key, key), val)
 
-    def contribute(self, ctx: Context) -> None:
+    def collect(self, ctx: Context) -> None:
         ctx.versions.update(self.versions)
         ctx.versions_seen = self.seen
         if self.params_rank and "parameters" not in self.job:
@@ -202,5 +160,5 @@ class ContextParser(Parser):
         if self.world:
             ctx.world_size = self.world
 
-    def finish(self, ctx: Context) -> list[Finding]:
-        return []
+
+COLLECTOR = ContextCollector

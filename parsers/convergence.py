@@ -1,24 +1,38 @@
 """loss_spike and loss_nan from the numeric training series of Megatron-LM / Megatron-DeepSpeed, DeepSpeed, apex,
 HF Trainer, Lightning, torchtitan, GPT-NeoX and plain print loops.
 
-A spike is a point more than SPIKE["rel"] above the median of the previous SPIKE["window"] points *and* more than
-SPIKE["mad_k"] robust deviations away from it, with at least SPIKE["min_history"] points of history. A slow rise or
-early-training noise fails one of the two tests. A team can set its own thresholds (TRIAGE_LOSS_SPIKE, passed in
-as LossParser(spike=...)). fp16 overflow skips are normal unless the loss scale collapses to
+A spike is a point more than `rel` above the median of the previous `window` points *and* more than `mad_k`
+robust deviations away from it, with at least `min_history` points of history (SpikeThresholds). A slow rise or
+early-training noise fails one of the two tests. A team can set its own thresholds (TRIAGE_LOSS_SPIKE; the engine
+passes them in as the parser's Options). fp16 overflow skips are normal unless the loss scale collapses to
 SCALE_COLLAPSE or below."""
 from __future__ import annotations
 
 import math
 import re
 from collections import deque
+from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
 from core.models import Evidence, Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
 
-SPIKE = {"window": 20, "min_history": 3, "rel": 0.5, "mad_k": 6.0, "recover_within": 20}
-SPIKE_COUNTS = ("window", "min_history", "recover_within")   # whole numbers; the others are ratios
+
+
+@dataclass(frozen=True)
+class SpikeThresholds:
+    """The loss parser's options: what counts as a spike (counts are whole numbers, the others ratios)."""
+    window: int = 20
+    min_history: int = 3
+    rel: float = 0.5
+    mad_k: float = 6.0
+    recover_within: int = 20
+
+    def __post_init__(self) -> None:
+        if self.min_history > self.window:
+            raise ValueError("min_history cannot be larger than window")
+
 SCALE_COLLAPSE = 16.0
 
 _NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
@@ -85,11 +99,11 @@ _SKIP = ("validation", "eval_", "eval ", "val_loss", "val loss", "test loss", "t
 class _Series:
     """One loss curve (per rank prefix), checked for spikes as points arrive; memory stays bounded."""
 
-    def __init__(self, spike: dict[str, float]) -> None:
-        self.min_history, self.rel1, self.mad_k = spike["min_history"], 1 + spike["rel"], spike["mad_k"]
-        self.recover_within = spike["recover_within"]
-        self.hist: deque[float] = deque(maxlen=int(spike["window"]))
-        self.ghist: deque[float] = deque(maxlen=int(spike["window"]))
+    def __init__(self, spike: SpikeThresholds) -> None:
+        self.min_history, self.rel1, self.mad_k = spike.min_history, 1 + spike.rel, spike.mad_k
+        self.recover_within = spike.recover_within
+        self.hist: deque[float] = deque(maxlen=spike.window)
+        self.ghist: deque[float] = deque(maxlen=spike.window)
         self.recent: deque[tuple[int, str]] = deque(maxlen=2)
         self.best: dict[str, Any] | None = None
         self.spikes = 0
@@ -143,6 +157,7 @@ def _f(s: str) -> float:
 
 
 class LossParser(Parser):
+    Options = SpikeThresholds
     name = "loss"
     triggers = ("loss", "Loss", "LOSS", "grad norm", "grad_norm", "OVERFLOW", "Gradient overflow", "nan iterations")
     after = 3
@@ -183,8 +198,8 @@ class LossParser(Parser):
             return
         self._series("").add(v, g, int(it), no, m)  # the line itself is cut out only if it becomes evidence
 
-    def __init__(self, spike: dict[str, float] | None = None) -> None:
-        self.spike = {**SPIKE, **(spike or {})}
+    def __init__(self, options: SpikeThresholds | None = None) -> None:
+        self.spike = options or SpikeThresholds()
         self.series: dict[str, _Series] = {}
         self.skip_to = 0
         self.nan_ev = EvidenceBox()
@@ -275,6 +290,9 @@ class LossParser(Parser):
             self.min_scale = v if self.min_scale is None else min(self.min_scale, v)
             if v <= SCALE_COLLAPSE:
                 self.scale_ev.add(hit.no, hit.text)
+
+    def seen(self) -> bool:
+        return bool(self.nan_ev.total or self.scale_ev.total or any(s.spikes for s in self.series.values()))
 
     def finish(self, ctx: Context) -> list[Finding]:
         out: list[Finding] = []
@@ -373,4 +391,4 @@ def _where(f: dict[str, Any], prefix: str) -> str:
     return ""
 
 
-PARSER = LossParser
+PARSERS = (LossParser,)

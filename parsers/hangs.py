@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.models import Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text, rx, search
+from parsers.base import Context, Hit, Parser, rank_of, ranks_text, rx, search
 
 GPUS_PER_NODE = 8   # p4d, p5, p5en and p6 alike: a larger world spans several nodes
 _WORK = rx(r"WorkNCCL\((?:SeqNum=(\d+),\s*)?OpType=(\w+)(?:.*?Timeout\(ms\)=(\d+))?.*?\)"
@@ -53,7 +53,7 @@ class TimeoutParser(Parser):
     after = 2
 
     def __init__(self) -> None:
-        self.ev = EvidenceBox()
+        super().__init__()
         self.ranks: dict[int, _Rank] = {}
         self.unranked: _Rank | None = None
         self.skip_to = 0
@@ -331,4 +331,4 @@ class TimeoutParser(Parser):
                        evidence=self.ev.items, facts=f, first_line=self.ev.first())
 
 
-PARSER = TimeoutParser
+PARSERS = (TimeoutParser,)

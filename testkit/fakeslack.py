@@ -1,7 +1,7 @@
 """A local fake of the Slack Web API over real HTTP, for tests and for trying `triage serve` without Slack.
 
-    python tests/fakeslack.py serve --port 9000          # fake Slack API at http://127.0.0.1:9000/api/
-    python tests/fakeslack.py slash --bot http://127.0.0.1:3000 --secret S --api http://127.0.0.1:9000 FILE
+    python testkit/fakeslack.py serve --port 9000          # fake Slack API at http://127.0.0.1:9000/api/
+    python testkit/fakeslack.py slash --bot http://127.0.0.1:3000 --secret S --api http://127.0.0.1:9000 FILE
 
 It records every call, serves thread replies and files you register, accepts file uploads, and receives
 answers posted to a slash command's response_url."""
@@ -31,7 +31,7 @@ class FakeSlack:
         self.file_auth: list[str] = []
         self.fail: dict[str, tuple[int, dict]] = {}  # method -> (http status, json)
         self.users: dict[str, dict] = {}
-        self.socket_url = ""  # what apps.connections.open hands out (a tests/fakesocket.py server)
+        self.socket_url = ""  # what apps.connections.open hands out (a testkit/fakesocket.py server)
         self.verbose = verbose
         self.cond = threading.Condition()
         self._ts = 1700000000
@@ -42,7 +42,7 @@ class FakeSlack:
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_address[1]}"
         self.api = self.url + "/api/"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
     def start(self) -> "FakeSlack":
         self._thread.start()

@@ -1,7 +1,7 @@
 """Synthetic logs for the benchmark, with failures injected at known lines.
 
-    python bench/gen_logs.py nccl OUT.log --mb 1024     # interleaved 512-rank NCCL_DEBUG=INFO log over EFA
-    python bench/gen_logs.py megatron OUT.log --mb 200  # Megatron training log with one loss spike
+    python testkit/gen_logs.py nccl OUT.log --mb 1024     # interleaved 512-rank NCCL_DEBUG=INFO log over EFA
+    python testkit/gen_logs.py megatron OUT.log --mb 200  # Megatron training log with one loss spike
 
 Prints a JSON object with the injected failures and their line numbers."""
 from __future__ import annotations

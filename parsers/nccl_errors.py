@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models import Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, host_of, rank_of, rx, search
+from parsers.base import Context, Hit, Parser, host_of, rank_of, rx, search
 
 # (rule, pattern, what it means). First match wins per line; order = most specific first.
 _RULES = (
@@ -57,7 +57,7 @@ class NcclErrorParser(Parser):
                 "NCCL error in:", "unable to allocate shared memory")
 
     def __init__(self) -> None:
-        self.ev = EvidenceBox()
+        super().__init__()
         self.rules: dict[str, int] = {}
         self.facts: dict[str, Any] = {}
         self.hosts: set[str] = set()
@@ -143,4 +143,4 @@ class NcclErrorParser(Parser):
                         confidence=0.9, evidence=self.ev.items, facts=f, first_line=self.ev.first())]
 
 
-PARSER = NcclErrorParser
+PARSERS = (NcclErrorParser,)

@@ -1,6 +1,6 @@
 """A local OpenAI-compatible chat-completions server for tests and demos.
 
-    python tests/fakellm.py --port 8400 [--mode echo|bad-env|bad-cite|bad-value|error|slow]
+    python testkit/fakellm.py --port 8400 [--mode echo|bad-env|bad-cite|bad-value|error|slow]
 
 The default "echo" mode answers with a faithful rephrasing built from the request's own diagnosis, so the
 guard accepts it; other modes return answers the guard must reject, HTTP 500s, or no answer in time."""
@@ -55,7 +55,7 @@ class FakeLLM:
         self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def stop(self) -> None:
         self.server.shutdown()

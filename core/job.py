@@ -1,0 +1,73 @@
+"""The vocabulary of a job's settings as the log shows them: the keys under `job` in a diagnosis.
+
+The context collector reads them (argument dumps, flags, DeepSpeed JSON), playbooks test and compute with them
+(`job.micro_batch_size`), and the weekly report checks whether a recommended change was applied later. One list,
+imported by all three."""
+from __future__ import annotations
+
+from typing import Any
+
+# Settings read from argument dumps, flags and configs, with the type they are read as.
+SETTINGS: dict[str, type] = {
+    "micro_batch_size": int, "global_batch_size": int, "tensor_model_parallel_size": int,
+    "pipeline_model_parallel_size": int, "virtual_pipeline_model_parallel_size": int, "num_layers": int,
+    "num_layers_per_virtual_pipeline_stage": int, "recompute_granularity": str, "recompute_activations": bool,
+    "checkpoint_activations": bool, "clip_grad": float, "lr": float, "lr_warmup_iters": int, "fp16": bool,
+    "bf16": bool, "moe_aux_loss_coeff": float, "moe_expert_capacity_factor": float, "num_experts": int,
+    "distributed_timeout_minutes": int, "zero_stage": int, "zero_optimization_stage": int, "initial_loss_scale": float,
+    "data_parallel_size": int, "world_size": int, "layernorm_epsilon": float, "use_distributed_optimizer": bool,
+    "train_micro_batch_size_per_gpu": int, "gradient_clipping": float, "initial_scale_power": int,
+    "expert_model_parallel_size": int, "seq_length": int,
+}
+# Several spellings of one setting, stored under one key.
+ALIASES = {"zero_optimization_stage": "zero_stage", "train_micro_batch_size_per_gpu": "micro_batch_size",
+           "checkpoint_activations": "recompute_activations", "gradient_clipping": "clip_grad"}
+
+# Megatron-style flag (without the dashes) -> key
+FLAG_TO_KEY = {
+    "micro-batch-size": "micro_batch_size", "global-batch-size": "global_batch_size",
+    "tensor-model-parallel-size": "tensor_model_parallel_size", "pipeline-model-parallel-size": "pipeline_model_parallel_size",
+    "virtual-pipeline-model-parallel-size": "virtual_pipeline_model_parallel_size", "num-layers": "num_layers",
+    "clip-grad": "clip_grad", "lr": "lr", "lr-warmup-iters": "lr_warmup_iters", "zero-stage": "zero_stage",
+    "moe-aux-loss-coeff": "moe_aux_loss_coeff", "moe-expert-capacity-factor": "moe_expert_capacity_factor",
+    "num-experts": "num_experts", "recompute-activations": "recompute_activations",
+    "checkpoint-activations": "recompute_activations", "fp16": "fp16", "bf16": "bf16",
+    "distributed-timeout-minutes": "distributed_timeout_minutes", "expert-model-parallel-size": "expert_model_parallel_size",
+}
+# DeepSpeed config path -> key
+CONFIG_TO_KEY = {"zero_optimization.stage": "zero_stage", "train_micro_batch_size_per_gpu": "micro_batch_size",
+                 "gradient_clipping": "clip_grad"}
+
+# Keys the engine adds beside the settings: environment variables seen, hosts, world size, instance family, and
+# the parameter count; then the memory math derived from the parameter count.
+ENV = "env"
+CONTEXT_KEYS = (ENV, "hosts", "world_size", "instance_family", "parameters")
+DERIVED_KEYS = ("model_state_gib_fp32_adam", "model_state_gib_mixed_adam", "min_gpus_80gb")
+KEYS: frozenset[str] = frozenset(
+    {ALIASES.get(k, k) for k in SETTINGS} | set(CONTEXT_KEYS) | set(DERIVED_KEYS))
+
+
+def key_of_change(kind: str, name: str) -> str | None:
+    """The job key a flag or config change sets, when the log can show it (None for anything else)."""
+    if kind == "flag":
+        return FLAG_TO_KEY.get(name.lstrip("-"))
+    if kind == "config":
+        return CONFIG_TO_KEY.get(name)
+    return None
+
+
+def coerce(kind: type, raw: str) -> Any:
+    """A setting's text as the log printed it, read as its type (None when it cannot be)."""
+    raw = raw.strip().rstrip(",")
+    if kind is bool:
+        if raw.lower() in ("true", "1", "yes"):
+            return True
+        if raw.lower() in ("false", "0", "no", "none"):
+            return False
+        return None
+    if raw.lower() in ("none", "null"):
+        return None
+    try:
+        return kind(float(raw)) if kind is int else kind(raw)
+    except ValueError:
+        return None

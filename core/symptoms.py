@@ -1,0 +1,122 @@
+"""The symptom registry: the one place a symptom is declared.
+
+A symptom's id is the name it has everywhere: in findings, playbooks, the corpus and the store. Its family is the
+stem of the three files that handle it: `parsers/<family>.py`, `playbooks/<family>.yaml`, `knowledge/<family>.md`.
+Everything else that used to be spelled out per symptom in other layers derives from here: the list of valid ids,
+the root-cause ordering (`rank`, `causes`), display names, which facts name hosts (and the role a host played),
+how the weekly report groups a symptom, and which fact keys a playbook may test.
+
+Adding a symptom: one entry below, its parser, its playbook, its runbook section and its fixtures."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from core import facts as F
+
+# Report groups: how the weekly report treats a symptom beyond counting it.
+HARDWARE = "hardware"   # a host named in it is a drain candidate after one incident
+TRAINING = "training"   # counted per job in the loss section
+ROUTING = "routing"     # plotted over time in the MoE section
+
+
+@dataclass(frozen=True, slots=True)
+class Symptom:
+    id: str
+    family: str
+    severity: str                     # the usual severity; a parser may say otherwise for one rule
+    rank: int                         # causal rank: lower = more likely to be what started a failure
+    title: str                        # English display name
+    title_ko: str                     # Korean display name
+    facts: tuple[str, ...]            # fact keys its findings may carry (what `facts.*` in a playbook may test)
+    causes: tuple[str, ...] = ()      # symptoms that can cause this one, most fundamental first
+    host_facts: Mapping[str, str] = field(default_factory=dict)   # fact holding host names -> the host's role
+    report: str = ""                  # HARDWARE, TRAINING, ROUTING or nothing special
+
+
+_REGISTRY: tuple[Symptom, ...] = (
+    Symptom("cuda_oom", "oom", "critical", 3, "CUDA out of memory", "GPU 메모리 부족(CUDA OOM)",
+            ("allocated_gib", "count", "device", "free_gib", "other_pids", F.OTHER_PROCESSES_GIB, "phase",
+             "private_pools_gib", "process_in_use_gib", "ranks", "reserved_gib", "reserved_unallocated_gib",
+             "total_gib", "tried_gib")),
+    Symptom("nccl_timeout", "hangs", "critical", 9, "NCCL collective timeout (hang)", "NCCL collective 타임아웃(행)",
+            ("aborted_ranks", "barrier", "elapsed_ms", "exit_code", "first_failure_rank", F.HOSTS, F.LAGGING_HOSTS,
+             "lagging_ranks", "lagging_reason", F.LOG_HOLDS_HOST, "master_addr", "master_port", "op_type",
+             "reporting_ranks", "seq_by_rank", "seq_num", "store_root_rank", "timeout_ms", "waited_s", "world_size"),
+            causes=("gpu_xid", "nvlink_inactive", "version_mismatch", "cuda_oom", "efa_provider_missing",
+                    "efa_mr_registration", "fork_enomem", "nccl_error"),
+            host_facts={F.LAGGING_HOSTS: F.ROLE_LAGGING, F.HOSTS: F.ROLE_INVOLVED}),
+    Symptom("nccl_error", "nccl_errors", "critical", 7, "NCCL error", "NCCL 오류",
+            ("cuda_error", "efa_error", "error_code", "hosts", "ib_status", "ib_status_meaning", "ibv_call",
+             "ibv_error", "nccl_version", "peer", "ranks", "rc", "vendor_err"),
+            causes=("gpu_xid", "nvlink_inactive", "version_mismatch", "cuda_oom", "efa_mr_registration",
+                    "efa_provider_missing"),
+            host_facts={F.HOSTS: F.ROLE_INVOLVED}),
+    Symptom("efa_mr_registration", "efa", "critical", 5, "EFA memory registration failed", "EFA 메모리 등록 실패",
+            ("bytes", "cause", "count", "device", "dmabuf", "error", "function", "hosts", "mem_type", "rc"),
+            host_facts={F.HOSTS: F.ROLE_INVOLVED}),
+    Symptom("tcp_fallback", "efa", "error", 8, "TCP sockets instead of EFA/IB", "EFA/IB 대신 TCP 소켓으로 통신",
+            ("expected_because", F.SOCKET_HOSTS, "socket_interfaces", "rdma_hosts"),
+            causes=("efa_provider_missing", "version_mismatch"),
+            host_facts={F.SOCKET_HOSTS: F.ROLE_TCP_FALLBACK}),
+    Symptom("efa_provider_missing", "efa", "critical", 4, "No EFA provider in libfabric",
+            "libfabric에 EFA provider 없음", ("count",)),
+    Symptom("fork_enomem", "efa", "critical", 6, "fork() could not allocate memory", "fork() 메모리 할당 실패",
+            ("count", "fork_seen")),
+    Symptom("loss_spike", "convergence", "warning", 11, "Loss spike", "loss 스파이크",
+            ("epoch", "grad_norm_at_spike", "grad_norm_before", "iteration", "line", "loss_at_spike", "loss_before",
+             "peak_iteration", "peak_loss", "ratio", "recovered", "spikes"), report=TRAINING),
+    Symptom("loss_nan", "convergence", "error", 10, "Loss or gradient NaN", "loss/그래디언트 NaN",
+            ("first_nan_epoch", "first_nan_iteration", "first_nan_line", "grad_norm_nan_points", "last_finite_loss",
+             "min_loss_scale", "nan_iterations", "nan_points", "overflow_skips", "persists"), report=TRAINING),
+    Symptom("gpu_xid", "gpu", "critical", 0, "GPU hardware or driver error (Xid)", "GPU 하드웨어/드라이버 오류(Xid)",
+            ("action", "conditions", "hosts", "pci", "xids"),
+            host_facts={F.HOSTS: F.ROLE_INVOLVED}, report=HARDWARE),
+    Symptom("nvlink_inactive", "gpu", "critical", 1, "NVLink links down", "NVLink 링크 다운",
+            ("down_count", "links_down", "dcgm_diag_failed"), report=HARDWARE),
+    Symptom("version_mismatch", "versions", "critical", 2, "Version mismatch", "버전 불일치",
+            ("differing", "driver_supports_cuda", "missing", "cuda_detected", "cuda_torch_built")),
+    Symptom("moe_imbalance", "moe", "warning", 12, "MoE expert load imbalance", "MoE expert 부하 불균형",
+            ("cold_experts", F.DROP_RATE, "expert_counts", "hot_experts", "imbalanced_observations",
+             F.MAX_DEVIATION, "max_min_ratio", "observations"), report=ROUTING),
+)
+
+SYMPTOMS: Mapping[str, Symptom] = MappingProxyType({s.id: s for s in _REGISTRY})
+IDS: tuple[str, ...] = tuple(SYMPTOMS)
+FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(s.family for s in _REGISTRY))
+UNKNOWN_RANK = 99
+
+
+def get(symptom: str) -> Symptom | None:
+    return SYMPTOMS.get(symptom)
+
+
+def rank(symptom: str) -> int:
+    s = SYMPTOMS.get(symptom)
+    return s.rank if s else UNKNOWN_RANK
+
+
+def causes(symptom: str) -> tuple[str, ...]:
+    s = SYMPTOMS.get(symptom)
+    return s.causes if s else ()
+
+
+def in_group(group: str) -> frozenset[str]:
+    return frozenset(s.id for s in _REGISTRY if s.report == group)
+
+
+def name(symptom: str, lang: str) -> str:
+    """The Korean display name in Korean; the id itself in English (answers name the id people search for)."""
+    s = SYMPTOMS.get(symptom)
+    return s.title_ko if s and lang == "ko" else symptom
+
+
+def _check() -> None:
+    for s in _REGISTRY:
+        unknown = [c for c in s.causes if c not in SYMPTOMS]
+        if unknown or not set(s.host_facts) <= set(s.facts):
+            raise AssertionError(f"symptom registry: {s.id} names unknown causes or host facts")
+
+
+_check()

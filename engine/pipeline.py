@@ -1,0 +1,99 @@
+"""The pure core every interface calls: a source in, a Diagnosis out (scan → collectors → parsers → root cause →
+playbooks). Everything it needs comes in as arguments; it reads no environment."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
+
+from core.ingest import Source
+from core.inputs import Joined
+from core.models import Diagnosis, Finding, InputInfo
+from core.redact import mask_secrets
+from core.templates import unexplained
+from engine.causes import order
+from parsers import READERS
+from parsers.base import Context, Parser
+from parsers.scan import Scanner
+from playbooks import engine as playbooks
+
+VERSION_KEYS = ("nccl", "cuda", "torch", "aws_ofi_nccl", "libfabric", "efa_installer", "driver")
+
+
+def _masked(v):
+    if isinstance(v, str):
+        return mask_secrets(v)
+    if isinstance(v, list):
+        return [_masked(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _masked(x) for k, x in v.items()}
+    return v
+
+
+def _mask(f: Finding) -> None:
+    """Secrets never leave the engine: evidence, titles and facts are masked once, here (bounded data)."""
+    f.title = mask_secrets(f.title)
+    for e in f.evidence:
+        e.text = mask_secrets(e.text)
+    f.facts = _masked(f.facts)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The validated playbooks, the parsers' options (instances of their declared `Options` types: the team's
+    loss-spike thresholds) and the scanner backend ('auto', 'hyperscan' or 're')."""
+    books: Sequence[playbooks.Book]
+    options: tuple[Any, ...] = ()
+    backend: str = "auto"
+
+    def _readers(self) -> list:
+        given = {type(o): o for o in self.options}
+        return [cls(given[cls.Options]) if issubclass(cls, Parser) and cls.Options in given else cls()
+                for cls in READERS]
+
+    def diagnose(self, source: Source | Joined, lang: str = "en",
+                 progress: Callable[[int, int], None] | None = None) -> Diagnosis:
+        """Read the whole source once, in chunks. Raises core.ingest.UnusableInput for input that is not a log.
+        `progress(bytes_read, symptom_families_seen_so_far)` is called after every chunk when given."""
+        readers = self._readers()
+        parsers = [r for r in readers if isinstance(r, Parser)]
+        scanner = Scanner(readers, self.backend)
+        last = b""
+        for chunk in source.chunks():
+            if isinstance(chunk, int):
+                scanner.skip_lines(chunk)
+                continue
+            scanner.feed(chunk)
+            last = chunk[-1:]
+            if progress is not None:
+                progress(source.bytes_read, sum(1 for p in parsers if p.seen()))
+        scanner.close()
+        ctx = Context()
+        for r in readers:
+            if not isinstance(r, Parser):
+                r.collect(ctx)
+        findings = order([f for p in parsers for f in p.finish(ctx)])
+        lines = scanner.lines + (1 if last and last != b"\n" else 0)
+        return self._assemble(source, ctx, findings, lines, lang)
+
+    def _assemble(self, source: Source | Joined, ctx: Context, findings: list[Finding], lines: int,
+                  lang: str) -> Diagnosis:
+        unclaimed = unexplained(ctx.error_lines, (e.text for f in findings for e in f.evidence))
+        versions = {k: ctx.versions.get(k) for k in VERSION_KEYS}
+        job = dict(ctx.job)
+        if ctx.world_size:
+            job.setdefault("world_size", ctx.world_size)
+        if ctx.hosts:
+            job["hosts"] = sorted(ctx.hosts)[:64]
+        where = getattr(source, "where", None)   # core.inputs.Joined: several files read as one
+        for f in findings:
+            _mask(f)
+            if where is not None:
+                for e in f.evidence:
+                    e.source = where(e.line)
+            f.steps = playbooks.steps_for(f, ctx.versions, job, self.books, lang)
+        for u in unclaimed:
+            u["example"], u["template"] = mask_secrets(u["example"]), mask_secrets(u["template"])
+        info = InputInfo(name=source.name, bytes=source.bytes_read, lines=lines, truncated=source.truncated,
+                         notes=list(source.notes), parts=[asdict(p) for p in getattr(source, "parts", ())])
+        return Diagnosis(input=info, versions=versions, job=job, findings=findings, benchmarks=ctx.benchmarks,
+                         unclaimed=unclaimed)

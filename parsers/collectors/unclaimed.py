@@ -1,0 +1,45 @@
+"""Error-looking lines that no parser explains, grouped into masked templates: the candidates for new playbooks.
+
+Numbers, hex ids, addresses, ranks, paths and hostnames are masked (core.templates) so that one error repeated
+across ranks, nodes and steps is one template. The engine drops the templates a finding's evidence shares."""
+from __future__ import annotations
+
+import re
+
+from core.templates import template
+from parsers.base import Collector, Context, Hit
+
+MAX_TEMPLATES = 300
+_ERRORISH = re.compile(r"\b(?:[A-Za-z]*Error|ERROR|FATAL|Fatal|fatal|WARN|Exception|FAILED|Failed|failed|Segmentation "
+                       r"fault|core dumped|Killed|Aborted|CUDA error|NCCL error|with exception)\b")
+_BENIGN = re.compile(r"Traceback \(most recent call last\)|^\s*File \"|During handling of the above|"
+                     r"NCCL INFO|Error while creating shared memory|CUDA kernel errors might be asynchronously|"
+                     r"For debugging consider passing|Compile with `TORCH_USE_CUDA_DSA`|error_file:|^\s*#|"
+                     r"(?i:errors?|failed|failures?)\s*[:=]\s*(?:0|none|n/a)\s*$")   # counters that say all is well
+
+
+class UnclaimedCollector(Collector):
+    name = "unclaimed"
+    triggers = ("rror", "ERROR", "FATAL", "atal", "WARN", "Exception", "FAILED", "ailed", "Segmentation fault",
+                "core dumped", "Killed", "Aborted")
+
+    def __init__(self) -> None:
+        self.templates: dict[str, list] = {}  # template -> [count, first line no, example text]
+
+    def feed(self, hit: Hit) -> None:
+        t = hit.text
+        if not _ERRORISH.search(t) or _BENIGN.search(t):
+            return
+        key = template(t)
+        rec = self.templates.get(key)
+        if rec is not None:
+            rec[0] += 1
+        elif len(self.templates) < MAX_TEMPLATES:
+            self.templates[key] = [1, hit.no, t.strip()[:300]]
+
+    def collect(self, ctx: Context) -> None:
+        rows = [{"template": k, "count": c, "line": no, "example": ex} for k, (c, no, ex) in self.templates.items()]
+        ctx.error_lines = sorted(rows, key=lambda r: (-r["count"], r["line"]))
+
+
+COLLECTOR = UnclaimedCollector

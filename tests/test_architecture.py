@@ -1,0 +1,131 @@
+"""The layout holds: data flows one way, no import cycle, small modules and functions, one stem per family."""
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+
+PACKAGES = ("core", "knowledge", "parsers", "playbooks", "engine", "bot", "testkit", "tests", "bench")
+# What each layer may import from the project (its own package always).
+ALLOWED = {
+    "core": set(),
+    "knowledge": {"core"},
+    "parsers": {"core"},
+    "playbooks": {"core", "knowledge"},
+    "engine": {"core", "parsers", "playbooks"},
+    "bot": {"core", "knowledge", "parsers", "playbooks", "engine"},
+    "testkit": set(),
+    "tests": {"core", "knowledge", "parsers", "playbooks", "engine", "bot", "testkit"},
+    "bench": {"core", "knowledge", "parsers", "playbooks", "engine", "bot", "testkit"},
+}
+SOURCES = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every project module a file imports, at module level or inside a function."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in out if m.split(".")[0] in PACKAGES}
+
+
+def test_sources_are_found():
+    assert len(SOURCES) > 60 and any(p.parts[-2] == "engine" for p in SOURCES)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_nothing_imports_upwards(path):
+    pkg = path.relative_to(ROOT).parts[0]
+    bad = sorted(m for m in _imports(path) if m.split(".")[0] not in ALLOWED[pkg] | {pkg})
+    assert bad == [], f"{pkg} may import only {sorted(ALLOWED[pkg])}"
+
+
+def test_no_import_cycle():
+    modules = {_module(p): p for p in SOURCES}
+    graph = {m: {i for i in _imports(p) if i in modules and i != m} for m, p in modules.items()}
+    state: dict[str, int] = {}
+
+    def visit(m, stack):
+        state[m] = 1
+        for n in graph[m]:
+            if state.get(n) == 1:
+                raise AssertionError(" -> ".join([*stack, m, n]))
+            if n not in state:
+                visit(n, [*stack, m])
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m, [])
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if p.relative_to(ROOT).parts[0] != "bench"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_small_modules_and_functions(path):
+    src = path.read_text(encoding="utf-8")
+    assert src.count("\n") <= 400
+    long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(ast.parse(src))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80]
+    assert long == []
+
+
+def test_every_family_has_its_three_homes():
+    from core.symptoms import SYMPTOMS
+    for s in SYMPTOMS.values():
+        parser = ROOT / "parsers" / f"{s.family}.py"
+        playbook = ROOT / "playbooks" / f"{s.family}.yaml"
+        runbook = ROOT / "knowledge" / f"{s.family}.md"
+        assert parser.exists() and playbook.exists() and runbook.exists(), s.id
+        assert f'"{s.id}"' in parser.read_text(), f"{parser.name} does not emit {s.id}"
+        assert f"symptom: {s.id}" in playbook.read_text() or s.id in playbook.read_text(), playbook.name
+
+
+def test_every_fact_a_finding_carries_is_declared_in_the_registry(run):
+    from core.symptoms import SYMPTOMS
+    seen: dict[str, set[str]] = {}
+    for path in sorted(FIXTURES.rglob("*.log")):
+        for f in run(path.read_bytes()).findings:
+            seen.setdefault(f.symptom, set()).update(f.facts)
+    corpus = ROOT.parent / "shared" / "corpus" / "dev.jsonl"
+    if corpus.exists():
+        for line in corpus.read_text(encoding="utf-8").splitlines():
+            for f in run(json.loads(line)["text"]).findings:
+                seen.setdefault(f.symptom, set()).update(f.facts)
+    undeclared = {s: sorted(keys - set(SYMPTOMS[s].facts)) for s, keys in seen.items()}
+    assert {s: k for s, k in undeclared.items() if k} == {}
+
+
+def test_tests_and_bench_do_not_import_each_other():
+    for path in SOURCES:
+        pkg = path.relative_to(ROOT).parts[0]
+        other = {"tests": "bench", "bench": "tests"}.get(pkg)
+        if other:
+            assert not any(m.split(".")[0] == other for m in _imports(path)), path
+
+
+def test_the_engine_reads_no_environment():
+    for path in [*(ROOT / "engine").rglob("*.py"), *(ROOT / "parsers").rglob("*.py"), *(ROOT / "playbooks").rglob("*.py")]:
+        text = path.read_text()
+        assert "os.environ" not in text and "getenv" not in text, path
+
+
+def test_versions_compare_with_missing_parts_as_zero():
+    from core.versions import BY_ID, compare
+    assert compare("1.18", "ge", "1.18.0") and compare("1.18.0", "le", "1.18") and compare("2.19.3", "gt", "2.19")
+    assert not compare("1.17.2", "ge", "1.18") and not compare(None, "ge", "1.0")
+    rule = BY_ID["efa_sync_memops"]
+    assert rule.holds({"efa_installer": "1.29.0", "nccl": "2.19"}) is True
+    assert rule.holds({"efa_installer": "1.29.1", "nccl": "2.19"}) is False     # just outside the range
+    assert rule.holds({"nccl": "2.19"}) is None                                   # installer not in the log
