@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench eval clean
+.PHONY: demo test bench eval runbook clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,9 @@ bench: $(STAMP)
 
 eval: $(STAMP)
 	$(BIN)/triage eval ../shared/corpus/dev.jsonl
+
+runbook: $(STAMP)
+	$(BIN)/python -c "from knowledge.runbook import sync_generated; print('updated' if sync_generated() else 'up to date')"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -55,3 +55,14 @@ BY_ID = {r.id: r for r in RULES}
 
 def evaluate(versions: Mapping[str, Any]) -> dict[str, bool | None]:
     return {r.id: r.holds(versions) for r in RULES}
+
+
+_OPS = {"lt": "<", "le": "≤", "gt": ">", "ge": "≥", "eq": "=", "ne": "≠"}
+BEGIN, END = "<!-- version-rules: generated from core/versions.py by `make runbook` -->", "<!-- /version-rules -->"
+
+
+def runbook_block() -> str:
+    """The rules as the runbook shows them (knowledge/efa.md#versions), between the BEGIN and END markers."""
+    lines = [f"- `{r.id}`: " + " and ".join(f"{c.replace('_', '-')} {_OPS[op]} {v}" for c, op, v in r.when)
+             for r in RULES]
+    return "\n".join([BEGIN, *lines, END])

@@ -4,7 +4,6 @@ and citations of real runbook sections. Each problem is one line naming the fiel
 from __future__ import annotations
 
 import re
-from difflib import get_close_matches
 from typing import Any, Iterable, Iterator
 
 from core import job as J
@@ -17,6 +16,7 @@ _PLAIN = ("rule", "symptom")
 
 
 def _hint(name: str, valid: Iterable[str]) -> str:
+    from difflib import get_close_matches   # only when something is wrong
     near = get_close_matches(name, list(valid), n=1, cutoff=0.6)
     return f" (did you mean {near[0]}?)" if near else ""
 

@@ -238,3 +238,18 @@ def test_a_warm_diagnose_imports_neither_pydantic_nor_yaml_nor_the_interfaces(tm
     assert "pydantic" in cold and "yaml" in cold     # the first run validates the playbooks
     assert warm == "[]"
     assert json.loads(runs[1].stdout)["findings"][0]["symptom"] == "cuda_oom"
+
+
+def test_the_runbook_shows_the_version_rules_the_code_applies(tmp_path):
+    """The rules live once (core/versions.py); the runbook's block is generated from them (`make runbook`)."""
+    import shutil
+
+    from core.versions import runbook_block
+    from knowledge.runbook import HERE, sync_generated
+    assert runbook_block() in (HERE / "efa.md").read_text(encoding="utf-8")
+    copy = tmp_path / "kb"
+    shutil.copytree(HERE, copy, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    md = copy / "efa.md"
+    md.write_text(md.read_text().replace("libfabric < 1.17", "libfabric < 1.16"))
+    assert sync_generated(str(copy)) is True and runbook_block() in md.read_text()
+    assert sync_generated(str(copy)) is False
