@@ -15,7 +15,7 @@ demo: $(STAMP)
 	@for f in examples/*.log examples/*.gz; do [ -e "$$f" ] && $(BIN)/triage diagnose "$$f"; done; true
 
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
