@@ -49,7 +49,7 @@ _REGISTRY: tuple[Symptom, ...] = (
             host_facts={F.LAGGING_HOSTS: F.ROLE_LAGGING, F.HOSTS: F.ROLE_INVOLVED}),
     Symptom("nccl_error", "nccl_errors", "critical", 7, "NCCL error", "NCCL 오류",
             ("cuda_error", "efa_error", "error_code", "hosts", "ib_status", "ib_status_meaning", "ibv_call",
-             "ibv_error", "nccl_version", "peer", "ranks", "rc", "vendor_err"),
+             "ibv_error", "nccl_version", "peer", "ranks", "rc", "vendor_err", "message_bytes", "posted_bytes"),
             causes=("gpu_xid", "nvlink_inactive", "version_mismatch", "cuda_oom", "efa_mr_registration",
                     "efa_provider_missing"),
             host_facts={F.HOSTS: F.ROLE_INVOLVED}),

@@ -20,6 +20,10 @@ _RULES = (
     ("shm", rx(r"Error while creating shared memory segment|/dev/shm\S*.*(?:No space left|failed)|shm_open.*failed"
                r"|unable to allocate shared memory")),
     ("duplicate_gpu", rx(r"Duplicate GPU detected")),
+    ("collective_mismatch", rx(r"[Mm]essage truncated\s*:?\s*(?:receiving|received) (\d+) bytes instead of (\d+)"
+                               r"|NET/IB ?: (?:req \S+ tag \S+ peer \S+ )?collective mismatch error,? local size (\d+)"
+                               r" remote(?: size)? (\d+)|Detected mismatch between collectives on ranks"
+                               r"|[Mm]essage truncated\s*:?\s*$")),
     ("remote", rx(r"remote process exited or there was a network error|ncclRemoteError|Connection reset by peer"
                   r"|Connection closed by remote peer|Connection refused")),
     ("cuda_failure", rx(r"Cuda failure '([^']+)'")),
@@ -39,6 +43,7 @@ _HEADLINE = {
     "ib_setup": "NCCL could not set up an InfiniBand/RoCE queue pair",
     "shm": "NCCL could not create its shared-memory segment (/dev/shm too small?)",
     "duplicate_gpu": "Two ranks were placed on the same GPU",
+    "collective_mismatch": "The ranks disagree on a collective: one sent more data than its peer expected",
     "remote": "A peer process exited or the network dropped the connection",
     "cuda_failure": "A CUDA call inside NCCL failed",
     "code": "NCCL returned an error",
@@ -51,7 +56,8 @@ class NcclErrorParser(Parser):
                 "cq_write_rx_error", "address vector", "Couldn't open AV", "Creating new endpoint",
                 "Couldn't open endpoint", "Couldn't create", "Couldn't bind", "Couldn't enable", "Unable to open domain",
                 "Unable to create", "Got completion from peer", "Call to ibv_", "shared memory segment", "/dev/shm", "shm_open",
-                "Duplicate GPU detected", "remote process exited", "ncclRemoteError", "Connection reset by peer",
+                "Duplicate GPU detected", "essage truncated", "collective mismatch error",
+                "mismatch between collectives", "remote process exited", "ncclRemoteError", "Connection reset by peer",
                 "Connection closed by remote peer", "Connection refused", "Cuda failure", "ncclSystemError",
                 "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument",
                 "NCCL error in:", "unable to allocate shared memory")
@@ -73,6 +79,9 @@ class NcclErrorParser(Parser):
                 return  # cuda_oom / version_mismatch own these
             if rule == "remote" and "NCCL" not in t and "nccl" not in t and "socket" not in t.lower():
                 return  # a reset TCP connection elsewhere in the app is not an NCCL failure
+            if rule == "collective_mismatch" and "NCCL" not in t and "bytes instead of" not in t \
+                    and "between collectives" not in t:
+                return  # some other program's truncated message
             self.rules[rule] = self.rules.get(rule, 0) + 1
             self.ev.add(hit.no, t)
             self._facts(rule, m, t)
@@ -110,6 +119,9 @@ class NcclErrorParser(Parser):
             f.setdefault("error_code", m.group(1) or m.group(2))
         elif rule == "remote":
             f.setdefault("error_code", "ncclRemoteError")
+        elif rule == "collective_mismatch" and (m.group(1) or m.group(3)):
+            f.setdefault("message_bytes", int(m.group(1) or m.group(3)))
+            f.setdefault("posted_bytes", int(m.group(2) or m.group(4)))
         v = search(_NCCL_VER, t)
         if v:
             f.setdefault("nccl_version", v.group(1))
@@ -135,6 +147,8 @@ class NcclErrorParser(Parser):
             title += f": {f['efa_error']}" + (f" (RC {f['rc']})" if "rc" in f else "")
         elif rule == "cuda_failure":
             title += f": {f['cuda_error']}"
+        elif rule == "collective_mismatch" and "message_bytes" in f:
+            title += f" ({f['message_bytes']} bytes sent, {f['posted_bytes']} expected)"
         elif f.get("error_code"):
             title += f" ({f['error_code']})"
         if self.hosts and len(self.hosts) <= 3:
