@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench eval runbook clean
+.PHONY: demo test bench eval corpus-table runbook clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,8 +20,15 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
+CORPUS := $(filter-out tests/corpus/slow.jsonl,$(wildcard tests/corpus/*.jsonl))
+
 eval: $(STAMP)
-	$(BIN)/triage eval ../shared/corpus/dev.jsonl
+	$(BIN)/triage eval $(CORPUS)
+	@if [ -f ../shared/corpus/dev.jsonl ]; then $(BIN)/triage eval ../shared/corpus/dev.jsonl; \
+	else echo "(../shared/corpus/dev.jsonl not found: the shared development corpus is not checked out beside this clone; only the project's own corpus was scored)"; fi
+
+corpus-table: $(STAMP)
+	$(BIN)/python -c "from bot.evaluate import sync_readme; print('README updated' if sync_readme() else 'README up to date')"
 
 runbook: $(STAMP)
 	$(BIN)/python -c "from knowledge.runbook import sync_generated; print('updated' if sync_generated() else 'up to date')"

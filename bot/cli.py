@@ -137,19 +137,22 @@ def _phraser(settings: Settings, store):
 
 
 def cmd_eval(args, settings: Settings) -> int:
-    from bot.evaluate import evaluate, report
-    try:
-        with open(args.corpus, encoding="utf-8") as fh:
-            lines = fh.readlines()
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"triage: {args.corpus}: cannot read corpus ({e})", file=sys.stderr)
-        return 2
-    try:
-        sc = evaluate(lines, _engine(settings))
-    except ValueError as e:
-        print(f"triage: {args.corpus}: {e}", file=sys.stderr)
-        return 2
-    print(report(sc), end="")
+    """Score one or more corpus files together (one table), e.g. tests/corpus/*.jsonl."""
+    from bot.evaluate import Score, evaluate, markdown_table, report
+    engine, sc = _engine(settings), Score()
+    for path in args.corpus:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                lines = fh.readlines()
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"triage: {path}: cannot read corpus ({e})", file=sys.stderr)
+            return 2
+        try:
+            evaluate(lines, engine, sc)
+        except ValueError as e:
+            print(f"triage: {path}: {e}", file=sys.stderr)
+            return 2
+    print(markdown_table(sc) if args.markdown else report(sc), end="")
     return 0
 
 
@@ -271,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("path")
     b.set_defaults(func=cmd_db_backup)
     e = sub.add_parser("eval", help="score a labelled corpus (JSON lines with label/also/text)")
-    e.add_argument("corpus")
+    e.add_argument("corpus", nargs="+", help="JSON-lines corpus file(s), scored together")
+    e.add_argument("--markdown", action="store_true", help="print the per-symptom table as Markdown (the README's)")
     e.set_defaults(func=cmd_eval)
     return p
 

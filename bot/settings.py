@@ -132,10 +132,10 @@ def _llm(v: str) -> str:
 
 
 def _loss_spike(v: str):
-    """"rel=0.3,mad_k=4": the loss parser's declared options (parsers.convergence.SpikeThresholds)."""
+    """"rel=0.3,mad_k=4": the options the loss parser declares (LossParser.Options, a SpikeThresholds)."""
     from parsers.base import parse_options
-    from parsers.convergence import SpikeThresholds
-    return parse_options(SpikeThresholds, v)
+    from parsers.convergence import LossParser
+    return parse_options(LossParser.Options, v)
 
 
 def _scan_backend(v: str) -> str:

@@ -10,50 +10,26 @@ from __future__ import annotations
 
 import math
 import re
-from collections import deque
-from dataclasses import dataclass
-from statistics import median
 from typing import Any
 
 from core.models import Evidence, Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
-
-
-
-@dataclass(frozen=True)
-class SpikeThresholds:
-    """The loss parser's options: what counts as a spike (counts are whole numbers, the others ratios)."""
-    window: int = 20
-    min_history: int = 3
-    rel: float = 0.5
-    mad_k: float = 6.0
-    recover_within: int = 20
-
-    def __post_init__(self) -> None:
-        if self.min_history > self.window:
-            raise ValueError("min_history cannot be larger than window")
+from parsers.loss_series import Series, SpikeThresholds, line_of as _line
 
 SCALE_COLLAPSE = 16.0
+GNAN_RUN = 3   # NaN grad norms in a row, up to the end of the log, beside a finite loss
 
 _NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
-_LOSS = rx(r"(?i)(?<![\w.])(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss)(?:[ _]value|_step|_epoch)?['\"]?\s*(?:[:=]\s*|\s+)"
+_LOSS = rx(r"(?i)(?<![\w.])(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss)(?:[ _]value|_step|_epoch)?['\"]?\s*(?:[:=]\s*|\s+)['\"]?"
            + _NUM + r"(?![\w.])")
-_GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*" + _NUM)
+_GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*['\"]?" + _NUM)   # transformers 5 quotes its values
 _ITER = rx(r"iteration\s+(\d+)\s*/|\bstep['\"]?[:=\s]\s*(\d+)|global_step['\"]?[=:\s]+(\d+)|\|\s*(\d+)/\d+ \["
-           r"|\bepoch[:\s]\s*(\d+)\b|'epoch':\s*([\d.]+)")
+           r"|\bepoch[:\s]\s*(\d+)\b|'epoch':\s*'?([\d.]+)")
 _NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)")
 _SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to)\s*([\d.]+)")
 _SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum")
 # Megatron-LM / Megatron-DeepSpeed / GPT-NeoX iteration lines are read with plain string search (the common case
 # in big logs, so no regex): "iteration N/ M | ... | lm loss: X | ... | grad norm: G | ... nan iterations: K |".
-
-
-def _line(x):
-    """The whole log line behind a chunk-wide regex match (prefixes such as [default7]: included)."""
-    if isinstance(x, re.Match):
-        buf = x.string
-        return buf[buf.rfind(b"\n", 0, x.start()) + 1:x.end()]
-    return x
 
 
 def _str(text) -> str:
@@ -94,59 +70,6 @@ def _megatron_fields(t: str) -> tuple[str, str, str | None, str | None] | None:
 
 
 _SKIP = ("validation", "eval_", "eval ", "val_loss", "val loss", "test loss", "test_loss")
-
-
-class _Series:
-    """One loss curve (per rank prefix), checked for spikes as points arrive; memory stays bounded."""
-
-    def __init__(self, spike: SpikeThresholds) -> None:
-        self.min_history, self.rel1, self.mad_k = spike.min_history, 1 + spike.rel, spike.mad_k
-        self.recover_within = spike.recover_within
-        self.hist: deque[float] = deque(maxlen=spike.window)
-        self.ghist: deque[float] = deque(maxlen=spike.window)
-        self.recent: deque[tuple[int, str]] = deque(maxlen=2)
-        self.best: dict[str, Any] | None = None
-        self.spikes = 0
-        self.first_nan: dict[str, Any] | None = None
-        self.nan_points = 0
-        self.last_finite: float | None = None
-        self.last_is_nan = False
-
-    def add(self, v: float, g: float, it: float, no: int, text: str) -> None:
-        b = self.best
-        if b is not None and b["later_n"] < self.recover_within and math.isfinite(v):
-            b["later_n"] += 1
-            b["later_min"] = min(b["later_min"], v)
-            b["last"] = v
-            if len(b["evidence"]) < 4:
-                b["evidence"].append((no, _line(text)))
-        if not math.isfinite(v):
-            self.nan_points += 1
-            self.last_is_nan = True
-            if self.first_nan is None:
-                self.first_nan = {"line": no, "iteration": it, "last_finite": self.last_finite}
-            return
-        self.last_is_nan = False
-        if len(self.hist) >= self.min_history and v > min(self.hist) * self.rel1:
-            med = median(self.hist)  # only when a spike is possible: v must beat the median by `rel`
-            if med > 0:
-                mad = median(abs(h - med) for h in self.hist) * 1.4826
-                if v > med * self.rel1 and v - med > self.mad_k * max(mad, 0.01 * med):
-                    self.spikes += 1
-                    if b is not None and b["later_n"] <= 3 and b["later_min"] > b["med"] * 1.2:
-                        if v > b["peak"]:  # same episode: keep its onset, follow its peak
-                            b["peak"], b["peak_iteration"] = v, it
-                    elif b is None or v / med > b["ratio"]:
-                        self.best = {"ratio": v / med, "med": med, "value": v, "line": no, "iteration": it,
-                                     "gnorm": g, "gnorm_before": median(self.ghist) if self.ghist else None,
-                                     "evidence": [(n, _line(x)) for n, x in (*self.recent, (no, text))],
-                                     "later_n": 0, "later_min": math.inf,
-                                     "peak": v, "peak_iteration": it, "last": v}
-        self.hist.append(v)
-        if math.isfinite(g):
-            self.ghist.append(g)
-        self.last_finite = v
-        self.recent.append((no, text))
 
 
 def _f(s: str) -> float:
@@ -200,7 +123,7 @@ class LossParser(Parser):
 
     def __init__(self, options: SpikeThresholds | None = None) -> None:
         self.spike = options or SpikeThresholds()
-        self.series: dict[str, _Series] = {}
+        self.series: dict[str, Series] = {}
         self.skip_to = 0
         self.nan_ev = EvidenceBox()
         self.scale_ev = EvidenceBox()
@@ -209,11 +132,14 @@ class LossParser(Parser):
         self.scale_min_hit = False
         self.nan_iters = 0
         self.grad_nan = 0
+        self.gnan_points = 0     # NaN grad norms on lines whose loss is finite
+        self.gnan_run = 0        # how many of them in a row, up to the last grad norm seen
+        self.gnan_ev = EvidenceBox()
 
-    def _series(self, key: str) -> _Series:
+    def _series(self, key: str) -> Series:
         s = self.series.get(key)
         if s is None:
-            s = self.series[key] = _Series(self.spike)
+            s = self.series[key] = Series(self.spike)
         return s
 
     def feed(self, hit: Hit) -> None:
@@ -255,6 +181,11 @@ class LossParser(Parser):
             s.add(v, g, itv, hit.no, hit.text.strip()[:500])
             if not math.isfinite(v):
                 self.nan_ev.add(hit.no, hit.text)
+            elif gm:   # a finite loss beside a NaN grad norm: one early fp16 skip is normal, a run of them is not
+                self.gnan_run = self.gnan_run + 1 if not math.isfinite(g) else 0
+                if self.gnan_run:
+                    self.gnan_points += 1
+                    self.gnan_ev.add(hit.no, hit.text)
         elif gm and not math.isfinite(g):
             self.grad_nan += 1
             self.nan_ev.add(hit.no, hit.text)
@@ -322,9 +253,12 @@ class LossParser(Parser):
                 title += f" (last finite loss {first['last_finite']:.4g})"
             if f["persists"]:
                 title += " and stays NaN"
-        elif self.grad_nan or self.nan_iters:
+        elif self.grad_nan or self.nan_iters or self.gnan_run >= GNAN_RUN:
             rule, title = "loss_nan.grad_norm", "Gradient norm is NaN/Inf"
-            f["grad_norm_nan_points"] = self.grad_nan
+            f["grad_norm_nan_points"] = self.grad_nan + self.gnan_points
+            if self.gnan_run >= GNAN_RUN:
+                title += f" on the last {self.gnan_run} logged steps although the loss is finite"
+                self.nan_ev.items.extend(self.gnan_ev.items)
             if self.nan_iters:
                 f["nan_iterations"] = self.nan_iters
                 title = f"Megatron counts {self.nan_iters} NaN iteration(s)" if not self.grad_nan else title

@@ -190,6 +190,8 @@ class TransportParser(Parser):
         only_socket = self.socket_hosts - self.rdma_hosts
         if self.rdma_lines and not only_socket:
             return None  # RDMA is the data path; socket lines belong to other hosts we cannot tell apart
+        if ctx.world_size == 1:
+            return None   # one rank: no data crosses the network at all
         reasons = set(self.expect)
         family = str(ctx.job.get("instance_family", ""))
         if family in _EFA_FAMILIES:
@@ -198,8 +200,8 @@ class TransportParser(Parser):
             reasons.add("multi_node")
         if ctx.world_size and ctx.world_size > 8:
             reasons.add("multi_node")
-        if not reasons:
-            return None
+        if not reasons - {"ib_no_device"}:
+            return None   # NCCL probes IB on every host and says "No device found" where there is none: not a fallback
         f: dict[str, Any] = {"expected_because": sorted(reasons)}
         if self.ifaces:
             f["socket_interfaces"] = sorted(self.ifaces)

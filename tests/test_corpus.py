@@ -15,3 +15,55 @@ def test_dev_corpus_top1_and_no_false_findings(engine):
     assert sc.total >= 40
     assert sc.accuracy >= 0.95, sc.wrong
     assert sc.none_with_findings == 0
+
+
+def test_project_corpus_is_gated_and_the_readme_table_is_current(engine, tmp_path):
+    """The project's own corpus (written from real logs, lives in the repo): >= 95% top-1, no false alarm, and the
+    README shows what `make corpus-table` computes from it."""
+    import shutil
+
+    from bot.evaluate import Score, markdown_table, project_corpus, sync_readme
+    from conftest import ROOT
+    files = project_corpus(ROOT)
+    assert len(files) >= 2
+    sc = Score()
+    for path in files:
+        evaluate(path.read_text(encoding="utf-8").splitlines(), engine, sc)
+    assert sc.total >= 25
+    assert sc.accuracy >= 0.95, sc.wrong
+    assert sc.none_with_findings == 0
+    assert markdown_table(sc) in (ROOT / "README.md").read_text(encoding="utf-8")
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "tests" / "corpus", copy / "tests" / "corpus")
+    (copy / "README.md").write_text((ROOT / "README.md").read_text(encoding="utf-8").replace("| `none` |", "| `nope` |"))
+    assert sync_readme(copy) is True and markdown_table(sc) in (copy / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_project_case_has_a_public_or_device_source_and_a_known_label():
+    import json
+
+    from bot.evaluate import project_corpus
+    from conftest import ROOT
+    from core.symptoms import IDS
+    for path in project_corpus(ROOT):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            case = json.loads(line)
+            assert case["source"].startswith(("https://", "device capture")), case["id"]
+            assert case["label"] in (*IDS, "none") and set(case.get("also", [])) <= set(IDS), case["id"]
+            assert case["text"].strip() and case.get("note"), case["id"]
+
+
+CHECK = Path(__file__).resolve().parents[2] / "shared" / "bin" / "check-reserved"
+
+
+@pytest.mark.skipif(not CHECK.exists(), reason="shared/bin/check-reserved not beside the project")
+def test_no_case_is_modelled_on_a_reserved_thread():
+    import subprocess
+    import sys
+
+    from bot.evaluate import project_corpus
+    from conftest import ROOT
+    files = [str(p) for p in sorted((ROOT / "tests" / "corpus").glob("*.jsonl"))]
+    assert project_corpus(ROOT)
+    out = subprocess.run([sys.executable, str(CHECK), *files], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip().endswith("0 case(s) with a reserved source"), out.stdout

@@ -1,0 +1,85 @@
+"""A loss curve checked for spikes and NaNs as its points arrive, with bounded memory, and the thresholds that say
+what a spike is (the loss parser's options)."""
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SpikeThresholds:
+    """The loss parser's options: what counts as a spike (counts are whole numbers, the others ratios)."""
+    window: int = 20
+    min_history: int = 3
+    rel: float = 0.5
+    mad_k: float = 6.0
+    recover_within: int = 20
+
+    def __post_init__(self) -> None:
+        if self.min_history > self.window:
+            raise ValueError("min_history cannot be larger than window")
+
+
+def line_of(x):
+    """The whole log line behind a chunk-wide regex match (prefixes such as [default7]: included)."""
+    if isinstance(x, re.Match):
+        buf = x.string
+        return buf[buf.rfind(b"\n", 0, x.start()) + 1:x.end()]
+    return x
+
+
+class Series:
+    """One loss curve (per rank prefix), checked for spikes as points arrive; memory stays bounded."""
+
+    def __init__(self, spike: SpikeThresholds) -> None:
+        self.min_history, self.rel1, self.mad_k = spike.min_history, 1 + spike.rel, spike.mad_k
+        self.recover_within = spike.recover_within
+        self.hist: deque[float] = deque(maxlen=spike.window)
+        self.ghist: deque[float] = deque(maxlen=spike.window)
+        self.recent: deque[tuple[int, str]] = deque(maxlen=2)
+        self.best: dict[str, Any] | None = None
+        self.spikes = 0
+        self.first_nan: dict[str, Any] | None = None
+        self.nan_points = 0
+        self.last_finite: float | None = None
+        self.last_is_nan = False
+
+    def add(self, v: float, g: float, it: float, no: int, text: str) -> None:
+        b = self.best
+        if b is not None and b["later_n"] < self.recover_within and math.isfinite(v):
+            b["later_n"] += 1
+            b["later_min"] = min(b["later_min"], v)
+            b["last"] = v
+            if len(b["evidence"]) < 4:
+                b["evidence"].append((no, line_of(text)))
+        if not math.isfinite(v):
+            self.nan_points += 1
+            self.last_is_nan = True
+            if self.first_nan is None:
+                self.first_nan = {"line": no, "iteration": it, "last_finite": self.last_finite}
+            return
+        self.last_is_nan = False
+        if len(self.hist) >= self.min_history and v > min(self.hist) * self.rel1:
+            med = median(self.hist)  # only when a spike is possible: v must beat the median by `rel`
+            if med > 0:
+                mad = median(abs(h - med) for h in self.hist) * 1.4826
+                if v > med * self.rel1 and v - med > self.mad_k * max(mad, 0.01 * med):
+                    self.spikes += 1
+                    if b is not None and b["later_n"] <= 3 and b["later_min"] > b["med"] * 1.2:
+                        if v > b["peak"]:  # same episode: keep its onset, follow its peak
+                            b["peak"], b["peak_iteration"] = v, it
+                    elif b is None or v / med > b["ratio"]:
+                        self.best = {"ratio": v / med, "med": med, "value": v, "line": no, "iteration": it,
+                                     "gnorm": g, "gnorm_before": median(self.ghist) if self.ghist else None,
+                                     "evidence": [(n, line_of(x)) for n, x in (*self.recent, (no, text))],
+                                     "later_n": 0, "later_min": math.inf,
+                                     "peak": v, "peak_iteration": it, "last": v}
+        self.hist.append(v)
+        if math.isfinite(g):
+            self.ghist.append(g)
+        self.last_finite = v
+        self.recent.append((no, text))
