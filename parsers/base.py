@@ -157,15 +157,37 @@ def to_gib(value: str, unit: str) -> float:
     return round(float(value) * _UNITS[unit.lower()], 2)
 
 
-RANK_PREFIX = rx(r"^\s*(?:\S+\s+\[std(?:err|out)\]\s+)?\[(?:rank|default)(\d+)\]:|^\s*\[1,(\d+)\]<std(?:out|err)>:"
-                 r"|\[Rank (\d+)\]|\bRank (\d+)\]|\brank[ =:]+(\d+)\b")
+# Launcher prefixes in front of a program's own line, outermost first: srun -l task labels ("12: "), "[host:N]:"
+# labels, mpirun's "[1,12]<stdout>:", Ray actors ("(RayTrainWorker pid=41, ip=10.0.0.5) "), docker/k8s "host
+# [stdout] ", and torchrun's "[defaultN]:" (local rank) and "[rankN]:" (global rank).
+LAUNCHER_PREFIX = rx(r"^(?:\s*(?:\d{1,5}: |\[[\w.-]+:\d+\]: ?|\[1,\d+\]<std\w+>: ?|\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\) "
+                     r"|\S+ \[std(?:out|err)\]\s+|\[(?:default|rank)\d+\]: ?))+")
+_GLOBAL_RANK = rx(r"\[rank(\d{1,6})\]:|\[1,(\d{1,6})\]<std|\[Rank (\d{1,6})\]|\bRank (\d{1,6})\]"
+                  r"|\brank[ =:]+(\d{1,6})\b")
+_LOCAL_RANK = rx(r"^\s*(\d{1,5}: |\[[\w.-]+:\d{1,6}\]: ?)?(?:\S+ \[std(?:out|err)\]\s+)?\[default(\d{1,6})\]:")
+
+
+def strip_prefixes(text: str) -> str:
+    """The line as the program printed it, without the launchers' prefixes."""
+    if not text or text[0] not in "[( 0123456789" and " [std" not in text[:80]:
+        return text
+    m = search(LAUNCHER_PREFIX, text)
+    return text[m.end():] if m else text
 
 
 def rank_of(text: str) -> int | None:
-    m = search(RANK_PREFIX, text)
-    if not m:
-        return None
-    return int(next(g for g in m.groups() if g is not None))
+    """The global rank a line speaks for: torchrun's [rankN], mpirun's [1,N], or the rank the message names.
+    torchrun's [defaultN] is the local rank: it stands for the global one only when no node label (srun -l,
+    [host:N]) says the log holds several nodes."""
+    if "ank" in text or "<std" in text:
+        m = search(_GLOBAL_RANK, text)
+        if m:
+            return int(next(g for g in m.groups() if g is not None))
+    if "[default" in text:
+        m = search(_LOCAL_RANK, text)
+        if m and not m.group(1):
+            return int(m.group(2))
+    return None
 
 
 HOST_PREFIX = rx(r"^(?:\S+:\s+)*(?:\[\d+,\d+\]<std\w+>:)?([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[(\d+)\]")

@@ -280,6 +280,11 @@ class TimeoutParser(Parser):
                             "see which rank is behind")
             if 0 < len(silent) <= 8:
                 return silent, "never reported a timeout (likely the stuck or dead rank)"
+        if not world and len(recs) >= 4 and min(recs) == 0:   # no world size: a hole in the run 0..max
+            hi = max(recs)
+            gaps = sorted(set(range(hi + 1)) - set(recs))
+            if 0 < len(gaps) <= max(1, (hi + 1) // 8):
+                return gaps, "missing from an otherwise unbroken run of reporting ranks (likely the stuck or dead rank)"
         return [], None
 
     def _first(self, recs: dict[int, _Rank]) -> int | None:

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from core import job as J
-from parsers.base import Collector, Context, Hit, findall, host_of, rx, search
+from parsers.base import Collector, Context, Hit, findall, host_of, rx, search, strip_prefixes
 
 # (component, literals one of which must be on the line, pattern)
 _VERSION_RULES: tuple[tuple[str, tuple[str, ...], Any], ...] = (
@@ -106,7 +106,7 @@ class ContextCollector(Collector):
                 cu = m.group(2)
                 self.versions.setdefault("cuda", f"{cu[:-1]}.{cu[-1]}")
         if " ...." in t or "_per_gpu " in t or "_stage " in t:
-            m = search(_ARG_DUMP, t)
+            m = search(_ARG_DUMP, strip_prefixes(t))
             if m and m.group(1) in J.SETTINGS:
                 self._set(m.group(1), m.group(2))
         if '"' in t:
