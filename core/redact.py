@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+_SECRET_WORD = r"(?:password|passwd|pwd|api[_-]?key|secret|token|access[_-]?key|auth[_-]?key|credentials?)"
 # (name, pattern, group holding the sensitive part or 0 for the whole match). ASCII word boundaries, so a
 # value followed by Korean text (ip-10-1-2-3를) is still found.
 SECRETS: tuple[tuple[str, re.Pattern, int], ...] = (
@@ -17,9 +18,18 @@ SECRETS: tuple[tuple[str, re.Pattern, int], ...] = (
     ("GITHUB_TOKEN", re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})", re.ASCII), 1),
     ("HF_TOKEN", re.compile(r"\b(hf_[A-Za-z0-9]{30,})", re.ASCII), 1),
     ("OPENAI_KEY", re.compile(r"\b(sk-(?:proj-)?[A-Za-z0-9_-]{20,})", re.ASCII), 1),
-    ("BEARER", re.compile(r"(?i)\bBearer\s+([A-Za-z0-9._~+/=-]{16,})", re.ASCII), 1),
-    ("URL_PASSWORD", re.compile(r"([a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(@)", re.ASCII), 2),
-    ("PASSWORD", re.compile(r"(?i)\b(?:password|passwd|pwd|api[_-]?key|secret|token)\b[\"']?\s*[:=]\s*[\"']?([^\s\"',;]{6,})", re.ASCII), 1),
+    ("GOOGLE_KEY", re.compile(r"\b(AIza[0-9A-Za-z_-]{35})", re.ASCII), 1),
+    ("JWT", re.compile(r"\b(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})", re.ASCII), 1),
+    ("BEARER", re.compile(r"(?i)\b(?:Bearer|Basic|Token)\s+([A-Za-z0-9._~+/=-]{16,})", re.ASCII), 1),
+    ("PRIVATE_KEY", re.compile(r"(-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z))", re.ASCII | re.S), 1),
+    # scheme://user:password@host; a password may hold '/', a port followed by a path is not one
+    ("URL_PASSWORD", re.compile(r"([a-z][a-z0-9+.-]*://[^\s:/@]+:)(?!\d+(?:/|$))([^\s@]+)(@)", re.ASCII), 2),
+    # NAME=value and name: value where the name holds a secret word (WANDB_API_KEY, PGPASSWORD, MLFLOW_TRACKING_TOKEN,
+    # CLIENT_SECRET_VALUE), and flags such as --password VALUE; not max_tokens, --tokenizer, "token drop rate: 18%"
+    ("PASSWORD", re.compile(r"(?i)(?<![A-Za-z0-9])[A-Za-z0-9_]*?" + _SECRET_WORD + r"(?:[_-][A-Za-z0-9_]*)?[\"']?"
+                            r"\s*[:=]\s*[\"']?([^\s\"',;]{4,})", re.ASCII), 1),
+    ("PASSWORD", re.compile(r"(?i)(?<![\w-])--?[A-Za-z0-9_-]*?" + _SECRET_WORD + r"(?:[_-][A-Za-z0-9_-]*)?[ =][\"']?"
+                            r"([^\s\"',;]+)", re.ASCII), 1),
     ("ACCOUNT_ID", re.compile(r"(?<!\d)(\d{12})(?!\d)", re.ASCII), 1),  # only on lines with AWS context, see below
 )
 IDENTIFIERS: tuple[tuple[str, re.Pattern, int], ...] = (
@@ -32,8 +42,9 @@ IDENTIFIERS: tuple[tuple[str, re.Pattern, int], ...] = (
 _ACCOUNT_CONTEXT = re.compile(r"(?i)arn:aws|account|aws_|\.amazonaws\.com|iam::")
 # Cheap substring checks (on the lower-cased line) decide whether a line needs the rules at all.
 _HINTS = ("akia", "asia", "aida", "aroa", "xox", "xapp-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_",
-          "sk-", "bearer", "://", "secret", "passw", "pwd", "api_key", "api-key", "apikey", "token", "arn:aws", "account",
-          "amazonaws", "iam::")
+          "sk-", "bearer", "basic ", "://", "secret", "passw", "pwd", "api_key", "api-key", "apikey", "token", "arn:aws",
+          "account", "amazonaws", "iam::", "aiza", "eyj", "private key", "access_key", "access-key", "accesskey",
+          "auth_key", "auth-key", "credential")
 _HINT_RE = re.compile("|".join(re.escape(h) for h in _HINTS))
 
 

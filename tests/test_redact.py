@@ -31,6 +31,10 @@ def test_secret_is_masked(text, secret):
     "token drop rate: 18.4% | tokens per expert: [1, 2]",
     "max_tokens=2048 secret_sauce_enabled",
     "NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.9.1-aws",
+    "python train.py --tokenizer gpt2 --max-tokens 100000",
+    "max_new_tokens=204800 and token_budget=12",
+    "[rank0]: loss token count 123456 | Token embeddings resized",
+    "mlflow at https://mlflow.corp:5000/api/2.0?user=ops@example.com",
 ])
 def test_near_misses_are_left_alone(text):
     assert mask_secrets(text) == text

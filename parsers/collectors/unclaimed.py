@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from core.redact import mask_secrets
 from core.templates import template
 from parsers.base import Collector, Context, Hit
 
@@ -30,6 +31,7 @@ class UnclaimedCollector(Collector):
         t = hit.text
         if not _ERRORISH.search(t) or _BENIGN.search(t):
             return
+        t = mask_secrets(t)   # before templating: a template must not keep most of a key
         key = template(t)
         rec = self.templates.get(key)
         if rec is not None:
