@@ -182,8 +182,8 @@ class SlackBot:
             respond(text=f":warning: {e}", response_type="ephemeral")
             return
         if d is not None and not d.findings and not looks_like_log(body):
-            respond(blocks=self._question_blocks(body, lang), text=f"Runbook sections for: {body[:100]}",
-                    response_type="in_channel")
+            respond(blocks=self._question_blocks(body, lang), text=f"Runbook sections for: {kit.esc(body[:100])}",
+                    response_type="ephemeral")   # an answer to one person's question goes to that person
             return
         blocks, fallback, cut = self._answer(d, did, lang)
         try:
@@ -308,7 +308,7 @@ class SlackBot:
     @staticmethod
     def _post_notes(client: WebClient, channel: str, root: str, notes: list[str]) -> None:
         if notes:
-            client.chat_postMessage(channel=channel, thread_ts=root, text="Notes: " + "; ".join(notes[:10]))
+            client.chat_postMessage(channel=channel, thread_ts=root, text="Notes: " + kit.esc("; ".join(notes[:10])))
 
     def on_vote(self, ack, body: dict, action: dict, client: WebClient) -> None:
         ack()

@@ -20,6 +20,16 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def esc(text: str) -> str:
+    """Text from a user or a log, made inert for Slack: no live <!channel>, <@U…> or disguised <url|label> links."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _safe(text: str, limit: int) -> str:
+    """Clipped, then escaped (an entity is never cut in half)."""
+    return esc(clip(text, limit))
+
+
 def _code(text: str) -> str:
     return "```" + text.replace("```", "ʼʼʼ") + "```"
 
@@ -46,7 +56,7 @@ def cite_text(cites: list[str], runbook_url: str | None) -> str:
 def _finding_blocks(f: Finding, runbook_url: str | None, steps_shown: int, lang: str = "en",
                     phrased: dict[str, str] | None = None) -> tuple[list[dict], bool]:
     cut = False
-    blocks: list[dict] = [section(f"*{f.title}*")]
+    blocks: list[dict] = [section(f"*{_safe(f.title, 1000)}*")]
     meta = f"severity *{f.severity}* · confidence {f.confidence:.0%} · rule `{f.rule}`"
     if f.caused_by:
         meta += f" · consequence of `{f.caused_by}`"
@@ -54,15 +64,15 @@ def _finding_blocks(f: Finding, runbook_url: str | None, steps_shown: int, lang:
     if f.evidence:
         ev = "\n".join(f"{e.where}: {clip(e.text, 300)}" for e in f.evidence[:MAX_EVIDENCE_SHOWN])
         cut |= len(f.evidence) > MAX_EVIDENCE_SHOWN
-        blocks.append(section(f"*{t(lang, 'evidence').capitalize()}*\n" + _code(clip(ev, MAX_SECTION - 20))))
+        blocks.append(section(f"*{t(lang, 'evidence').capitalize()}*\n" + _code(_safe(ev, 2000))))
     for i, s in enumerate(f.steps[:steps_shown], 1):
         cites = f"\n_{t(lang, 'runbook')}: {cite_text(s.cite, runbook_url)}_"
         text = (phrased or {}).get(f"1.{s.id}", s.text)
-        changes = "\n" + _code(clip("\n".join(change_text(c) for c in s.changes), 1500)) if s.changes else ""
+        changes = "\n" + _code(_safe("\n".join(change_text(c) for c in s.changes), 1200)) if s.changes else ""
         head = f"*{i}. [{t(lang, s.owner)}]* "
         room = MAX_SECTION - len(head) - len(changes) - len(cites)
         cut |= len(text) > room or len(changes) > 1500
-        blocks.append(section(head + clip(text, room) + changes + cites))
+        blocks.append(section(head + _safe(text, room // 2) + changes + cites))
     cut |= len(f.steps) > steps_shown
     return blocks, cut
 
@@ -97,9 +107,9 @@ def diagnosis_blocks(d: Diagnosis, diagnosis_id: int | None = None, runbook_url:
     if not d.findings:
         head, *unknown = verdict_lines(d, lang)
         emoji = ":grey_question:" if unknown else ":white_check_mark:"
-        blocks = [section(f"{emoji} `{clip(name, 200)}` ({d.input.lines} {t(lang, 'lines')}): {head}")]
+        blocks = [section(f"{emoji} `{_safe(name, 200)}` ({d.input.lines} {t(lang, 'lines')}): {esc(head)}")]
         if unknown:
-            blocks.append(section(_code(clip("\n".join(u.strip() for u in unknown), MAX_SECTION - 20))))
+            blocks.append(section(_code(_safe("\n".join(u.strip() for u in unknown), 2000))))
         cut = False
     else:
         top = d.findings[0]
@@ -107,22 +117,22 @@ def diagnosis_blocks(d: Diagnosis, diagnosis_id: int | None = None, runbook_url:
         head = f"{EMOJI[top.severity]} {t(lang, 'root').capitalize() if lang == 'en' else t(lang, 'root')}: {label}"
         blocks = [{"type": "header", "text": {"type": "plain_text", "text": clip(head, MAX_HEADER), "emoji": True}}]
         if phrasing is not None and phrasing.answer is not None:
-            blocks.append(section(phrasing.answer.summary))
+            blocks.append(section(_safe(phrasing.answer.summary, 2000)))
             blocks.append(context(t(lang, "phrased").format(model=phrasing.model)))
             phrased = {s.id: s.text for s in phrasing.answer.steps}
         body, cut = _finding_blocks(top, runbook_url, MAX_STEPS_SHOWN, lang, phrased)
         blocks += body
         if len(d.findings) > 1:
             others = "\n".join(f"• `{f.symptom}`{' (consequence of ' + f.caused_by + ')' if f.caused_by else ''}: "
-                               f"{clip(f.title, 300)}" for f in d.findings[1:6])
+                               f"{_safe(f.title, 300)}" for f in d.findings[1:6])
             blocks.append(section("*Also found*\n" + others))
             cut = True  # their steps only in the full text
         if d.input.truncated:
             blocks.append(context(":scissors: The input was larger than the size cap; only part of it was read."))
-    info = f"`{clip(name, 100)}` · {d.input.lines} lines"
+    info = f"`{_safe(name, 100)}` · {d.input.lines} lines"
     if diagnosis_id is not None:
         info += f" · diagnosis #{diagnosis_id}"
-    versions = " · ".join(f"{k} {v}" for k, v in d.versions.items() if v)
+    versions = esc(" · ".join(f"{k} {v}" for k, v in d.versions.items() if v))
     if versions:
         info += f" · {versions}"
     blocks.append(context(info))
@@ -137,17 +147,17 @@ def diagnosis_blocks(d: Diagnosis, diagnosis_id: int | None = None, runbook_url:
 def fallback_text(d: Diagnosis) -> str:
     """The plain-text `text` Slack shows in notifications."""
     if not d.findings:
-        return f"No known failure found in {d.input.name}"
-    return clip(f"Root cause: {d.findings[0].symptom}: {d.findings[0].title}", 300)
+        return f"No known failure found in {_safe(d.input.name, 200)}"
+    return _safe(f"Root cause: {d.findings[0].symptom}: {d.findings[0].title}", 300)
 
 
 def sections_blocks(question: str, sections: list, runbook_url: str | None = None) -> list[dict[str, Any]]:
     if not sections:
-        return [section(f"I found no runbook section for _{clip(question, 200)}_. Paste a log and I will "
+        return [section(f"I found no runbook section for _{_safe(question, 200)}_. Paste a log and I will "
                         "diagnose it.")]
-    blocks: list[dict[str, Any]] = [section(f"Runbook sections for _{clip(question, 200)}_:")]
+    blocks: list[dict[str, Any]] = [section(f"Runbook sections for _{_safe(question, 200)}_:")]
     for s in sections:
-        blocks.append(section(f"*{s.title}* ({cite_text([s.id], runbook_url)})\n{clip(s.text, 1500)}"))
+        blocks.append(section(f"*{esc(s.title)}* ({cite_text([s.id], runbook_url)})\n{_safe(s.text, 1500)}"))
     return blocks
 
 

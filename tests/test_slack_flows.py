@@ -250,3 +250,20 @@ def test_korean_locale_gets_a_korean_phrased_answer_with_real_values(slack_bot):
         assert h.fake.called("users.info")[0]["include_locale"] in ("true", "1", True)
     finally:
         llm.stop()
+
+
+def test_user_and_log_text_is_posted_inert(slack_bot):
+    """A question or a log line holding Slack control sequences must not ping the channel or hide a link."""
+    h = slack_bot()
+    h.slash("why does NCCL hang? <!channel> see <https://evil.example/x|the runbook> &lt;!here&gt;")
+    resp = h.fake.wait(lambda: h.fake.responses)[0]
+    dumped = json.dumps(resp)
+    assert resp["response_type"] == "ephemeral"
+    for live in ("<!channel>", "<https://evil", "<!here>"):
+        assert live not in dumped
+    assert "&lt;!channel&gt;" in dumped
+    log = OOM.replace("Tried to allocate", "<!here> <@U0ADMIN> Tried to allocate")
+    h.slash(log)
+    resp = h.fake.wait(lambda: len(h.fake.responses) > 1 and h.fake.responses)[1]
+    text = _texts(resp["blocks"]) + resp.get("text", "")
+    assert "<!here>" not in text and "<@U0ADMIN>" not in text and "&lt;!here&gt;" in text
