@@ -224,7 +224,14 @@ def _schedule_reports(settings: Settings, triage, app) -> None:
 
 
 def cmd_db_backup(args, settings: Settings) -> int:
-    _store(settings).backup(args.path)
+    import sqlite3
+    store = _store(settings)
+    try:
+        store.backup(args.path)
+    except (sqlite3.Error, OSError) as e:
+        print(f"triage: cannot back up to {args.path} ({e}); does its directory exist and is it writable?",
+              file=sys.stderr)
+        return 2
     print(f"backed up {settings.db} to {args.path}")
     return 0
 
@@ -281,7 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
+    if getattr(args, "job", None) and not getattr(args, "record", False):
+        parser.error("--job names the job a stored diagnosis belongs to: use it with --record")
     try:
         settings = Settings.from_env()
         return args.func(args, settings)

@@ -107,7 +107,8 @@ def log_paths(paths: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     notes: list[str] = []
     for path in paths:
         if path == "-" or not os.path.isdir(path):
-            out.append((path, "stdin" if path == "-" else os.path.basename(path.rstrip("/")) or path))
+            shown = path if path.startswith("/dev/") else os.path.basename(path.rstrip("/")) or path
+            out.append((path, "stdin" if path == "-" else shown))
             continue
         found = sorted(os.path.join(d, f) for d, dirs, files in os.walk(path)
                        if not any(part.startswith(".") for part in os.path.relpath(d, path).split(os.sep)

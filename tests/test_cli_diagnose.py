@@ -161,3 +161,16 @@ def test_a_bad_loss_spike_setting_is_one_line_and_exit_2(value):
 def test_crash_lines_without_a_parser_are_listed_as_unrecognised(run, line):
     d = run(line + "\nCUDA kernel errors might be asynchronously reported at some other API call.\n")
     assert d.findings == [] and [u["line"] for u in d.unclaimed] == [1]
+
+
+def test_rough_edges_a_new_user_hits(tmp_path):
+    bare = triage()
+    assert bare.returncode == 0 and b"diagnose" in bare.stdout and b"usage" in bare.stdout
+    backup = triage("db", "backup", str(tmp_path / "no" / "such" / "dir" / "x.db"),
+                    env={"TRIAGE_DB": str(tmp_path / "t.db")})
+    err = backup.stderr.decode()
+    assert backup.returncode == 2 and err.startswith("triage: cannot back up") and "Traceback" not in err
+    job = triage("diagnose", "--job", "j1", str(FIXTURES / "gpu_xid" / "xid79.log"))
+    assert job.returncode == 2 and b"--record" in job.stderr
+    null = triage("diagnose", "/dev/null")
+    assert null.returncode == 2 and null.stderr.decode().startswith("triage: /dev/null:")
