@@ -165,6 +165,7 @@ def cmd_serve(args, settings: Settings) -> int:
     _logging()
     mode = settings.require_slack()
     store = _store(settings)
+    store.verify()
     cfg = settings.llm_config()
     phraser = None
     if cfg is not None:

@@ -110,6 +110,16 @@ class Store:
         except (sqlite3.DatabaseError, OSError) as e:
             raise StoreError(f"TRIAGE_DB {self.path}: cannot open the database ({e})") from None
 
+    def verify(self) -> None:
+        """PRAGMA quick_check: corrupt pages behind an intact header are found before the bot relies on them."""
+        try:
+            rows = [r[0] for r in self.db.conn.execute("pragma quick_check").fetchall()]
+        except sqlite3.DatabaseError as e:
+            rows = [str(e)]
+        if rows != ["ok"]:
+            raise StoreError(f"TRIAGE_DB {self.path}: the database is damaged ({'; '.join(rows[:2])[:200]}); "
+                             "restore a backup (triage db backup) or move the file away")
+
     @contextmanager
     def write(self):
         """A write transaction that takes the write lock up front (BEGIN IMMEDIATE), so concurrent writers wait

@@ -128,3 +128,21 @@ def test_secrets_never_reach_the_store_or_the_logs(slack_bot, caplog):
         assert s not in dump
         assert s not in caplog.text
     assert "cuda_oom" in dump
+
+
+def test_a_database_with_corrupt_pages_is_refused_at_start(tmp_path, run):
+    """The header is intact, so the database opens; quick_check finds the damaged pages and serve refuses."""
+    from bot.store import Store
+    db = tmp_path / "pages.db"
+    store = Store(db)
+    for _ in range(40):
+        store.record(run(XID), source="cli")
+    store.db.conn.execute("pragma wal_checkpoint(TRUNCATE)")
+    store.db.conn.close()
+    raw = bytearray(db.read_bytes())
+    assert len(raw) > 8 * 4096
+    for off in range(len(raw) - 3 * 4096, len(raw), 4096):   # break the b-tree headers of the last data pages
+        raw[off: off + 12] = b"\x07" * 12
+    db.write_bytes(bytes(raw))
+    code, err = _serve_err({"TRIAGE_DB": str(db)})
+    assert code == 2 and "TRIAGE_DB" in err and "damaged" in err and len(err.strip().splitlines()) == 1
