@@ -26,7 +26,7 @@ def _store(settings: Settings):
 
 
 def cmd_diagnose(args, settings: Settings) -> int:
-    from bot.render import diagnosis_text
+    from bot.render import diagnosis_text, json_safe, terminal_safe
     engine = _engine(settings)
     store = _store(settings) if (args.record or args.llm) else None
     phraser = _phraser(settings, store) if args.llm else None
@@ -34,7 +34,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
     from core.inputs import log_paths
     paths, notes = log_paths(args.files)
     for note in notes:
-        print(f"triage: {note}", file=sys.stderr)
+        print(terminal_safe(f"triage: {note}"), file=sys.stderr)
     if args.together:
         inputs = _joined(paths, settings.max_bytes, _dir_label(args.files, len(paths)))
     else:
@@ -47,7 +47,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
         try:
             d = engine.diagnose(src, args.lang, progress=progress)
         except UnusableInput as e:
-            print(f"triage: {e}", file=sys.stderr)
+            print(terminal_safe(f"triage: {e}"), file=sys.stderr)
             status = 2
             continue
         if progress is not None:
@@ -63,9 +63,9 @@ def cmd_diagnose(args, settings: Settings) -> int:
             if phrasing is not None:
                 doc["phrasing"] = {"model": phrasing.model, "lang": phrasing.lang, "outcome": phrasing.reason,
                                    "answer": phrasing.answer.model_dump() if phrasing.answer else None}
-            print(json.dumps(doc, ensure_ascii=False))
+            print(json_safe(json.dumps(doc, ensure_ascii=False)))
         else:
-            print(diagnosis_text(d, args.lang, phrasing))
+            print(terminal_safe(diagnosis_text(d, args.lang, phrasing)))
         sys.stdout.flush()
     if shares > 1:
         print(f"triage: {shares} of these logs each hold one node's ranks of a multi-node job; read them as one "

@@ -1,8 +1,24 @@
 """Deterministic text for people: root cause first, evidence with line numbers, steps with copyable changes."""
 from __future__ import annotations
 
+import re
+
 from bot.i18n import symptom_name, t
 from core.models import Change, Diagnosis, Finding
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """Control characters from a log (OSC title and hyperlink sequences, BEL, backspace, C1 codes) shown as escapes,
+    so printing a diagnosis never drives the reader's terminal. Newlines and tabs stay."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
+def json_safe(text: str) -> str:
+    """The same for a JSON document: C1 codes (which json.dumps leaves raw with ensure_ascii=False) as \\u escapes."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
 def change_text(c: Change) -> str:

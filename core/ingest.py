@@ -161,20 +161,37 @@ def _gunzip(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:
         src.notes.append("gzip file ends early (truncated download?)")
 
 
+def _utf16(head: bytes) -> tuple[str, bytes] | None:
+    """UTF-16 by its NUL pattern (ASCII text has a NUL in every other byte), BOM or not; (encoding, BOM) or None.
+    A file that merely starts with FF FE but has no such pattern is not UTF-16."""
+    bom = next((b for b in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) if head.startswith(b)), b"")
+    body = head[len(bom):len(bom) + 4096]
+    even, odd = body[0::2], body[1::2]
+    if len(body) < 8:
+        return None
+    if odd.count(0) >= 0.6 * len(odd) and even.count(0) < 0.1 * len(even):
+        return "utf-16-le", bom if bom == codecs.BOM_UTF16_LE else b""
+    if even.count(0) >= 0.6 * len(even) and odd.count(0) < 0.1 * len(odd):
+        return "utf-16-be", bom if bom == codecs.BOM_UTF16_BE else b""
+    return None
+
+
 def _decode_to_utf8(blocks: Iterator[bytes], head: bytes) -> tuple[Iterator[bytes], bytes]:
-    for bom, enc in ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")):
-        if head.startswith(bom):
-            def transcode(blocks=blocks, enc=enc, bom=bom):
-                dec = codecs.getincrementaldecoder(enc)(errors="replace")
-                first = True
-                for b in blocks:
-                    if first:
-                        b, first = b[len(bom):], False
-                    yield dec.decode(b).encode("utf-8")
-                yield dec.decode(b"", final=True).encode("utf-8")
-            it = transcode()
-            first = next(it, b"")
-            return _prepend(first, it), first[:SNIFF]
+    found = _utf16(head)
+    if found:
+        enc, bom = found
+
+        def transcode(blocks=blocks, enc=enc, bom=bom):
+            dec = codecs.getincrementaldecoder(enc)(errors="replace")
+            first = True
+            for b in blocks:
+                if first:
+                    b, first = b[len(bom):], False
+                yield dec.decode(b).encode("utf-8")
+            yield dec.decode(b"", final=True).encode("utf-8")
+        it = transcode()
+        first = next(it, b"")
+        return _prepend(first, it), first[:SNIFF]
     if head.startswith(codecs.BOM_UTF8):
         return blocks, head[3:]
     return blocks, head

@@ -110,10 +110,12 @@ def log_paths(paths: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
             shown = path if path.startswith("/dev/") else os.path.basename(path.rstrip("/")) or path
             out.append((path, "stdin" if path == "-" else shown))
             continue
-        found = sorted(os.path.join(d, f) for d, dirs, files in os.walk(path)
+        named = sorted(os.path.join(d, f) for d, dirs, files in os.walk(path)
                        if not any(part.startswith(".") for part in os.path.relpath(d, path).split(os.sep)
                                   if part != ".")
                        for f in files if f.lower().endswith(LOG_SUFFIXES) and not f.startswith("."))
+        found = [f for f in named if os.path.isfile(f)]   # a FIFO or device in a log folder would block the read
+        notes += [f"{f}: skipped, not a regular file" for f in named if f not in found][:10]
         if not found:
             out.append((path, path))
             continue

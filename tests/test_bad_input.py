@@ -9,6 +9,7 @@ import tarfile
 import time
 import zipfile
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -104,3 +105,27 @@ def test_parsers_never_raise_and_stay_fast_on_random_and_adversarial_input(lines
     # Linear patterns take ~10 ms for a whole one-line input (mostly fixed cost); catastrophic backtracking would
     # show as the 0.5 s regex timeout or worse. The bound leaves room for a busy CI machine.
     assert per_line < 0.25, f"{per_line * 1000:.1f} ms per line"
+
+
+LINE = ("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+        "of 79.15 GiB of which 1.00 GiB is free.\n")
+
+
+@pytest.mark.parametrize("data", [
+    b"\xff\xfe" + LINE.encode("utf-16-le"),          # UTF-16 with its BOM
+    LINE.encode("utf-16-le"),                        # UTF-16 without a BOM: the NUL in every other byte tells
+    LINE.encode("utf-16-be"),
+    b"\xff\xfe" + LINE.encode(),                     # starts with FF FE but is UTF-8: read as UTF-8
+], ids=["le-bom", "le", "be", "fffe-then-utf8"])
+def test_encodings_are_told_by_their_bytes_not_by_the_first_two(run, data):
+    d = run(data)
+    assert [f.symptom for f in d.findings] == ["cuda_oom"] and d.findings[0].facts["free_gib"] == 1.0
+
+
+def test_a_fifo_in_a_log_directory_is_skipped_with_a_note_not_waited_on(tmp_path):
+    (tmp_path / "node1.log").write_bytes((FIXTURES / "gpu_xid" / "xid79.log").read_bytes())
+    os.mkfifo(tmp_path / "node2.log")
+    r = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--together", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0 and b"gpu_xid" in r.stdout
+    assert b"node2.log: skipped, not a regular file" in r.stderr

@@ -174,3 +174,17 @@ def test_rough_edges_a_new_user_hits(tmp_path):
     assert job.returncode == 2 and b"--record" in job.stderr
     null = triage("diagnose", "/dev/null")
     assert null.returncode == 2 and null.stderr.decode().startswith("triage: /dev/null:")
+
+
+def test_control_sequences_from_a_log_never_reach_the_terminal_raw(tmp_path):
+    """OSC window-title and hyperlink sequences, BEL, backspace and C1 codes are shown escaped, in text and JSON."""
+    log = tmp_path / "ctl.log"
+    log.write_bytes("RuntimeError: boom \x1b]0;pwned\x07 \x1b]8;;http://evil\x07click\x1b]8;;\x07 \x08\x08 \x9b31m\n"
+                    .encode())
+    text = triage("diagnose", str(log))
+    for raw in (b"\x1b", b"\x07", b"\x08", "\x9b".encode()):
+        assert raw not in text.stdout
+    assert b"\\x1b]0;pwned\\x07" in text.stdout
+    doc = triage("diagnose", "--json", str(log))
+    assert "\x9b".encode() not in doc.stdout
+    assert json.loads(doc.stdout)["unclaimed"][0]["example"].endswith("\x9b31m")   # the data itself is intact
