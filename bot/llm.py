@@ -145,7 +145,9 @@ class Phraser:
         doc, allowed = payload(d, self.runbook, masker)
         system = SYSTEM.format(language=LANG_NAMES.get(lang, "English"))
         user = ("DIAGNOSIS and SECTIONS follow as JSON.\n<data>\n" + json.dumps(doc, ensure_ascii=False) + "\n</data>")
-        key = hashlib.sha256(f"{self.cfg.label}\0{lang}\0{system}\0{user}".encode()).hexdigest()
+        # provider, model and endpoint: another server behind the same model name must not get this answer
+        where = f"{self.cfg.label}\0{self.cfg.base_url or ''}"
+        key = hashlib.sha256(f"{where}\0{lang}\0{system}\0{user}".encode()).hexdigest()
         cached = self.store.llm_cached(key) if self.store else None
         if cached is not None:
             return Phrasing(self._unmask(PhrasedAnswer.model_validate_json(cached), masker), "cached",

@@ -156,18 +156,18 @@ class SlackBot:
         user = command.get("user_id", "")
         if not self.allowed(command.get("channel_id")):
             ack(text=NOT_HERE)
-        elif text and not self.limiter.allow(user):
+        elif kit.is_help(text):
+            ack(text=kit.USAGE)
+        elif not self.limiter.allow(user):
             self._denied.append(command.get("trigger_id", ""))
             ack(text=self.limiter.message(user))
-        elif not text:
-            ack(text=kit.USAGE)
         else:
             ack(text=":mag: Diagnosing…")
 
     def run_diagnose(self, command: dict, respond, client: WebClient) -> None:
         text = (command.get("text") or "").strip()
         channel = command.get("channel_id", "")
-        if not text or not self.allowed(channel) or command.get("trigger_id", "") in self._denied:
+        if kit.is_help(text) or not self.allowed(channel) or command.get("trigger_id", "") in self._denied:
             return
         meta = {"source": "slash", "team": command.get("team_id", ""), "channel": channel,
                 "user": command.get("user_id", "")}
@@ -224,7 +224,10 @@ class SlackBot:
         if not self.limiter.allow(event.get("user", "")):
             client.chat_postMessage(channel=channel, thread_ts=root, text=self.limiter.message(event.get("user", "")))
             return
-        client.reactions_add(channel=channel, timestamp=ts, name="eyes")
+        if message_text(event.get("text", "")).lower() in kit.HELP_WORDS:   # a bare mention triages the thread
+            client.chat_postMessage(channel=channel, thread_ts=root, text=kit.USAGE)
+            return
+        self._react(client, channel, ts, "eyes")
         try:
             replies = client.conversations_replies(channel=channel, ts=root, limit=200)
             bot_user = context.get("bot_user_id")
@@ -245,13 +248,21 @@ class SlackBot:
             else:
                 results = self._diagnose_inputs(inputs, meta, lang)
             self._reply_thread(client, channel, root, results, notes, event.get("text", ""), lang)
-            client.reactions_remove(channel=channel, timestamp=ts, name="eyes")
-            client.reactions_add(channel=channel, timestamp=ts, name="white_check_mark")
+            self._react(client, channel, ts, "eyes", remove=True)
+            self._react(client, channel, ts, "white_check_mark")
         except Exception as e:
             log.error("mention in %s failed: %s", channel, type(e).__name__)
-            client.reactions_add(channel=channel, timestamp=ts, name="exclamation")
+            self._react(client, channel, ts, "exclamation")
             client.chat_postMessage(channel=channel, thread_ts=root,
                                     text=":warning: Triage failed on this thread; the error is in the bot's log.")
+
+    @staticmethod
+    def _react(client: WebClient, channel: str, ts: str, name: str, remove: bool = False) -> None:
+        """Reactions are decoration: a 429 or 5xx from them must never cost the answer."""
+        try:
+            (client.reactions_remove if remove else client.reactions_add)(channel=channel, timestamp=ts, name=name)
+        except Exception as e:   # SlackApiError, a timeout, a dropped connection
+            log.warning("reaction %s in %s not set: %s", name, channel, type(e).__name__)
 
     def _reply_thread(self, client: WebClient, channel: str, root: str, results, notes: list[str],
                       mention_text: str, lang: str) -> None:

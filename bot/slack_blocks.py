@@ -161,8 +161,19 @@ def sections_blocks(question: str, sections: list, runbook_url: str | None = Non
     return blocks
 
 
-USAGE = ("Usage: `/diagnose <pasted log>` diagnoses it; `/diagnose <question>` finds the runbook sections that "
-         "answer it. Mention @triage in a thread to triage every log and file in it.")
+USAGE = ("Usage: *Train Triage* reads a failed or slow training job's log and names the root cause with the runbook steps.\n"
+         "• `/diagnose <paste a log>`: diagnose it (paste the end of the log: the error and a screen above it; "
+         "NCCL_DEBUG=INFO lines help for hangs and EFA).\n"
+         "• `/diagnose <question>`: the runbook sections that answer it (only you see the answer).\n"
+         "• `/diagnose report`: this week's tuning report in this channel.\n"
+         "• `@triage` in a thread: diagnose every pasted log and attached `.log`/`.txt`/`.gz`/archive there; "
+         "`@triage together` reads them as one job's per-node logs.\n"
+         "• ⋯ → *Diagnose this message* on any message. Every answer has 👍/👎 and a 'wrong diagnosis' picker.")
+HELP_WORDS = frozenset({"help", "usage", "?", "-h", "--help", "도움말", "사용법"})
+
+
+def is_help(text: str) -> bool:
+    return not text.strip() or text.strip().lower() in HELP_WORDS
 
 
 def home_view(recent: list[dict[str, Any]], counts: dict[str, int]) -> dict[str, Any]:

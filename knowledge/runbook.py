@@ -10,6 +10,11 @@ from functools import lru_cache
 from pathlib import Path
 
 HERE = Path(__file__).parent
+# Words that say nothing about the problem: left out of runbook searches so they do not pick sections by chance.
+STOP_WORDS = frozenset("""a an and are as at be been but by can could do does did for from had has have how i if in
+into is it its me my of on or our should so that the their them then there these this to using use used was we what
+when where which who why will with would you your tell know check see get got help please any some about after
+before while just still also only""".split())
 _HEADING = re.compile(r"^(#{1,2}) (.+?) \{#([a-z0-9_-]+)\}\s*$")
 
 
@@ -34,15 +39,24 @@ class Runbook:
 
     def search(self, query: str, limit: int = 3) -> list[Section]:
         """Best sections for a free-text question; FTS syntax in the question is neutralised."""
-        words = re.findall(r"[A-Za-z0-9_]+", query.lower())
+        words = [w for w in dict.fromkeys(re.findall(r"[A-Za-z0-9_]+", query.lower())) if w not in STOP_WORDS]
         if not words:
             return []
-        q = " OR ".join(f'"{w}"' for w in words)
-        with self._lock:
-            rows = list(self._index().query(
-                "select id from sections_fts join sections on sections.rowid = sections_fts.rowid "
-                "where sections_fts match ? order by bm25(sections_fts, 5.0, 1.0) limit ?", [q, limit]))
-        return [self.sections[r["id"]] for r in rows]
+        rows: list = []
+        with self._lock:   # sections with every word first, then with any of them; BM25, titles weigh 5x
+            for joiner in (" AND ", " OR "):
+                q = joiner.join(f'"{w}"' for w in words)
+                seen = {r["id"] for r in rows}
+                rows += [r for r in self._index().query(
+                    "select id from sections_fts join sections on sections.rowid = sections_fts.rowid "
+                    "where sections_fts match ? order by bm25(sections_fts, 5.0, 1.0) limit ?", [q, limit])
+                    if r["id"] not in seen]
+                if len(rows) >= limit or len(words) == 1:
+                    break
+        ids = [r["id"] for r in rows]
+        # A page's intro is an overview: when one of its own sections matched too, that section answers better.
+        ranked = sorted(ids, key=lambda i: "#" not in i and any(j.startswith(i + "#") for j in ids))
+        return [self.sections[i] for i in ranked[:limit]]
 
     def _index(self):
         if self._db is None:

@@ -160,3 +160,15 @@ def test_question_answer_cites_only_found_sections(llm_server):
     phr._model = FakeListChatModel(responses=[json.dumps({"summary": "See [efa#secret-sauce].", "steps": [],
                                                           "citations": ["efa#secret-sauce"]})])
     assert phr.answer_question("fork fails", sections) is None
+
+
+def test_the_answer_cache_is_per_endpoint(run, llm_server, tmp_path):
+    """The README's demo: an accepted answer from one server is not served for another (bad-env) server."""
+    from bot.store import Store
+    good, bad = llm_server("echo"), llm_server("bad-env")
+    store = Store(tmp_path / "s.db")
+    d = run(SECRET_LOG.encode())
+    did = store.record(d)
+    assert _phraser(good.url, store).phrase(d, "en", did).reason == "accepted"
+    other = _phraser(bad.url, store).phrase(d, "en", did)
+    assert other.reason != "cached" and other.answer is None and len(bad.requests) == 1

@@ -267,3 +267,33 @@ def test_user_and_log_text_is_posted_inert(slack_bot):
     resp = h.fake.wait(lambda: len(h.fake.responses) > 1 and h.fake.responses)[1]
     text = _texts(resp["blocks"]) + resp.get("text", "")
     assert "<!here>" not in text and "<@U0ADMIN>" not in text and "&lt;!here&gt;" in text
+
+
+def test_help_shows_usage_instead_of_searching_for_the_word_help(slack_bot):
+    h = slack_bot()
+    status, body, _ = h.slash("help")
+    assert status == 200 and "/diagnose <paste a log>" in body.decode() and "together" in body.decode()
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT> help", "ts": "500.1", "channel": "C1"}, "EvH")
+    msg = h.fake.wait_calls("chat.postMessage")[0]
+    assert "/diagnose report" in msg["text"] and not h.fake.called("conversations.replies")
+    assert h.store.recent() == []
+
+
+def test_a_429_from_reactions_does_not_cost_the_answer(slack_bot):
+    h = slack_bot()
+    h.fake.fail["reactions.add"] = (429, {"ok": False, "error": "ratelimited"})
+    h.fake.threads[("C1", "600.1")] = [
+        {"user": "U1", "ts": "600.1", "text": "died:\n```" + OOM + "```"},
+        {"user": "U1", "ts": "600.2", "text": "<@UBOT>", "thread_ts": "600.1"}]
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>", "ts": "600.2", "thread_ts": "600.1",
+             "channel": "C1", "team": "T1"}, "EvR")
+    posts = h.fake.wait(lambda: [p for p in h.fake.called("chat.postMessage") if p.get("blocks")])
+    assert "Root cause: cuda_oom" in _texts(posts[0]["blocks"]) and len(h.store.recent()) == 1
+
+
+def test_runbook_questions_ignore_filler_words():
+    from knowledge.runbook import load
+    rb = load()
+    assert rb.search("how do I tell if NCCL is using EFA?")[0].id == "efa#tcp-fallback"
+    assert rb.search("help") == [] and rb.search("how do I") == []
+    assert rb.search("fork cannot allocate memory huge pages")[0].id == "efa#fork-huge-pages"
