@@ -184,7 +184,7 @@ def cmd_serve(args, settings: Settings) -> int:
     if mode == "socket":
         serve_socket(app, settings.slack_app_token.get_secret_value())
     else:
-        serve_http(app, args.host, args.port)
+        serve_http(app, args.host, args.port, settings.slack_signing_secret.get_secret_value())
     return 0
 
 

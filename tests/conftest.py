@@ -80,7 +80,7 @@ def slack_bot(tmp_path, engine):
             from bot.llm import Phraser
             phraser = Phraser(settings.llm_config(), load_runbook(), store)
         app = create_app(settings, Triage(engine, load_runbook(), store, phraser=phraser))
-        server = make_server(app, "127.0.0.1", 0)
+        server = make_server(app, "127.0.0.1", 0, SECRET)
         threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # fast shutdown
         started.append((fake, server))
         return SlackHarness(fake, f"http://127.0.0.1:{server.server_address[1]}", store, settings)

@@ -146,3 +146,91 @@ def test_a_database_with_corrupt_pages_is_refused_at_start(tmp_path, run):
     db.write_bytes(bytes(raw))
     code, err = _serve_err({"TRIAGE_DB": str(db)})
     assert code == 2 and "TRIAGE_DB" in err and "damaged" in err and len(err.strip().splitlines()) == 1
+
+
+def _raw(url: str, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send raw bytes to the bot's HTTP port and return what comes back (b'' when the server just closes)."""
+    import socket
+    from urllib.parse import urlparse
+    u = urlparse(url)
+    with socket.create_connection((u.hostname, u.port), timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+                if b"\r\n\r\n" in out:
+                    break
+        except TimeoutError:
+            pass
+        return out
+
+
+def _request(body: bytes, headers: dict[str, str]) -> bytes:
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return f"POST /slack/events HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode() + body
+
+
+def test_the_body_cap_holds_whatever_content_length_says(slack_bot):
+    h = slack_bot()
+    big = 3 << 20   # claimed or real size over the 2 MiB cap: answered on the headers, the body is never read
+    for length in ("-1", "abc", str(big)):
+        reply = _raw(h.url, _request(b"x" * 1024, {"Content-Length": length, "Content-Type": "application/json"}))
+        assert reply.split(b" ")[1] in (b"400", b"413"), (length, reply[:80])
+    assert b" 411 " in _raw(h.url, _request(b"{}", {"Content-Type": "application/json"}))[:20]
+
+
+def test_signature_is_checked_before_parsing_and_garbage_gets_400_not_a_traceback(slack_bot):
+    from testkit.fakeslack import signed_headers
+    h = slack_bot()
+    for body, ctype in (("{not json", "application/json"), ("payload=%7Bnot-json", "application/x-www-form-urlencoded")):
+        headers = {"Content-Type": ctype, "Content-Length": str(len(body)), **signed_headers("test-signing-secret", body)}
+        reply = _raw(h.url, _request(body.encode(), headers))
+        assert reply.split(b" ")[1] == b"400", reply[:120]
+    body = "{}"
+    headers = {"Content-Type": "application/json", "Content-Length": "2", "X-Slack-Request-Timestamp": "soon",
+               "X-Slack-Signature": "v0=00"}
+    assert _raw(h.url, _request(body.encode(), headers)).split(b" ")[1] == b"401"
+    forged = {"Content-Type": "application/json", "Content-Length": "9", **signed_headers("wrong-secret", "{not json")}
+    assert _raw(h.url, _request(b"{not json", forged)).split(b" ")[1] == b"401"
+
+
+def test_idle_and_half_sent_connections_are_closed(slack_bot, monkeypatch):
+    import socket
+    import time as _time
+    from urllib.parse import urlparse
+    monkeypatch.setattr("bot.server.READ_TIMEOUT", 0.5)
+    h = slack_bot()
+    u = urlparse(h.url)
+    t0 = _time.monotonic()
+    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+        s.sendall(_request(b'{"type": "ur', {"Content-Length": "500", "Content-Type": "application/json"}))
+        assert s.recv(100) == b""               # the server gave up on the rest of the body and closed
+    assert _time.monotonic() - t0 < 8
+    with urllib_get(h.url + "/healthz") as r:   # and it still serves
+        assert r.status == 200
+
+
+def urllib_get(url):
+    import urllib.request
+    return urllib.request.urlopen(url, timeout=10)
+
+
+def test_many_silent_connections_hold_a_bounded_number_of_threads(slack_bot, monkeypatch):
+    import socket
+    import threading
+    import time as _time
+    from urllib.parse import urlparse
+    monkeypatch.setattr("bot.server.READ_TIMEOUT", 1.0)
+    monkeypatch.setattr("bot.server.MAX_CONNECTIONS", 4)
+    h = slack_bot()
+    u = urlparse(h.url)
+    before = threading.active_count()
+    socks = [socket.create_connection((u.hostname, u.port), timeout=5) for _ in range(40)]
+    _time.sleep(0.5)
+    assert threading.active_count() - before <= 4 + 2
+    for s in socks:
+        s.close()
+    _time.sleep(1.5)                                    # the held ones time out and free their slots
+    with urllib_get(h.url + "/healthz") as r:
+        assert r.status == 200
