@@ -347,7 +347,19 @@ class SlackBot:
         client.chat_update(channel=channel, ts=ts, blocks=blocks, text=kit.fallback_text(d))
 
     def on_home(self, event: dict, client: WebClient, context) -> None:
-        store = self.triage.store
-        recent = store.recent(10, context.get("team_id")) if store else []
-        counts = store.counts_since(7, context.get("team_id")) if store else {}
-        client.views_publish(user_id=event["user"], view=kit.home_view(recent, counts))
+        """Each person sees their own diagnoses and those of the channels they are in (as far as the bot can see),
+        not the whole team's."""
+        store, user = self.triage.store, event["user"]
+        viewer = (user, self._channels_of(client, user))
+        recent = store.recent(10, context.get("team_id"), viewer) if store else []
+        counts = store.counts_since(7, context.get("team_id"), viewer) if store else {}
+        client.views_publish(user_id=user, view=kit.home_view(recent, counts))
+
+    @staticmethod
+    def _channels_of(client: WebClient, user: str) -> list[str]:
+        try:
+            resp = client.users_conversations(user=user, types="public_channel,private_channel", limit=1000)
+            return [c["id"] for c in resp.get("channels", [])][:1000]
+        except Exception as e:   # no scope or Slack down: the person still sees their own diagnoses
+            log.warning("users.conversations for the home tab failed: %s", type(e).__name__)
+            return []

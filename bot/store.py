@@ -224,20 +224,34 @@ class Store:
         except sqlite3.IntegrityError:
             return False
 
-    def recent(self, limit: int = 10, team: str | None = None) -> list[dict[str, Any]]:
-        where, args = ("team = ?", [team]) if team else (None, None)
+    @staticmethod
+    def _visible(team: str | None, viewer: tuple[str, list[str]] | None) -> tuple[str, list[Any]]:
+        """SQL for the rows one person may see: their team, and with `viewer` = (user, channels) only their own
+        diagnoses and those made in channels they are in."""
+        where, args = ["1 = 1"], []
+        if team:
+            where.append("team = ?")
+            args.append(team)
+        if viewer is not None:
+            user, channels = viewer
+            marks = ", ".join("?" for _ in channels) or "''"
+            where.append(f"(user = ? or channel in ({marks}))")
+            args += [user, *channels]
+        return " and ".join(where), args
+
+    def recent(self, limit: int = 10, team: str | None = None,
+               viewer: tuple[str, list[str]] | None = None) -> list[dict[str, Any]]:
+        where, args = self._visible(team, viewer)
         return list(self.db["diagnoses"].rows_where(where, args, order_by="id desc", limit=limit,
                                                    select="id, created_at, channel, user, top_symptom, top_title, vote"))
 
-    def counts_since(self, days: int = 7, team: str | None = None) -> dict[str, int]:
+    def counts_since(self, days: int = 7, team: str | None = None,
+                     viewer: tuple[str, list[str]] | None = None) -> dict[str, int]:
         since = (datetime.now(timezone.utc) - timedelta(days=days)).isoformat(timespec="seconds")
-        sql = "select top_symptom, count(*) n from diagnoses where created_at >= ?"
-        args: list[Any] = [since]
-        if team:
-            sql += " and team = ?"
-            args.append(team)
+        where, args = self._visible(team, viewer)
+        sql = f"select top_symptom, count(*) n from diagnoses where created_at >= ? and {where}"
         sql += " group by top_symptom order by n desc"
-        return {r["top_symptom"]: r["n"] for r in self.db.query(sql, args)}
+        return {r["top_symptom"]: r["n"] for r in self.db.query(sql, [since, *args])}
 
     def llm_cached(self, key: str) -> str | None:
         rows = list(self.db.query("select answer_json from llm_cache where key = ?", [key]))

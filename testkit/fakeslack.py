@@ -30,6 +30,7 @@ class FakeSlack:
         self.files: dict[str, bytes] = {}
         self.file_auth: list[str] = []
         self.fail: dict[str, tuple[int, dict]] = {}  # method -> (http status, json)
+        self.memberships: dict[str, list[str]] = {}  # user -> channel ids (users.conversations)
         self.users: dict[str, dict] = {}
         self.socket_url = ""  # what apps.connections.open hands out (a testkit/fakesocket.py server)
         self.verbose = verbose
@@ -98,6 +99,8 @@ class FakeSlack:
         if method == "conversations.replies":
             return 200, {"ok": True, "messages": self.threads.get((p.get("channel"), p.get("ts")), []),
                          "has_more": False}
+        if method == "users.conversations":
+            return 200, {"ok": True, "channels": [{"id": c} for c in self.memberships.get(p.get("user"), [])]}
         if method == "users.info":
             user = self.users.get(p.get("user"), {"id": p.get("user"), "locale": "en-US"})
             return 200, {"ok": True, "user": user}

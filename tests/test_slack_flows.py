@@ -297,3 +297,16 @@ def test_runbook_questions_ignore_filler_words():
     assert rb.search("how do I tell if NCCL is using EFA?")[0].id == "efa#tcp-fallback"
     assert rb.search("help") == [] and rb.search("how do I") == []
     assert rb.search("fork cannot allocate memory huge pages")[0].id == "efa#fork-huge-pages"
+
+
+def test_app_home_shows_only_what_the_person_may_see(slack_bot):
+    h = slack_bot()
+    h.slash(OOM, channel="C_PRIVATE", user="U1")
+    h.fake.wait(lambda: h.fake.responses)
+    h.event({"type": "app_home_opened", "user": "U2", "channel": "D2", "tab": "home"}, "EvH2")
+    text = _texts(h.fake.wait_calls("views.publish")[0]["view"]["blocks"])
+    assert "cuda_oom" not in text and "C_PRIVATE" not in text           # not theirs, not their channel
+    h.fake.memberships["U3"] = ["C_PRIVATE"]
+    h.event({"type": "app_home_opened", "user": "U3", "channel": "D3", "tab": "home"}, "EvH3")
+    text = _texts(h.fake.wait_calls("views.publish", 2)[1]["view"]["blocks"])
+    assert "`cuda_oom`: 1" in text and "#1 `cuda_oom`" in text
