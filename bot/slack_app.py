@@ -18,6 +18,7 @@ from bot.render import diagnosis_text
 from bot.service import Triage
 from bot.settings import Settings
 from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
+from bot.workqueue import WorkQueue
 from core.ingest import UnusableInput
 from core.inputs import Joined
 from core.models import SYMPTOMS, Diagnosis
@@ -54,7 +55,7 @@ class SlackBot:
         store = triage.store
         self.outbox = Outbox(store, on_sent=lambda did, ch, ts: did and ts and store.set_message(did, ch, ts)) \
             if store else None
-        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="triage-work")
+        self.work = WorkQueue(workers=2)
 
     def offload(self, fn):
         """Run a heavy listener on the bot's own pool; Bolt's threads stay free to ack within Slack's 3 s."""
@@ -65,8 +66,21 @@ class SlackBot:
                     fn(**kwargs)
                 except Exception as e:
                     log.error("%s failed: %s", fn.__name__, type(e).__name__)
-            self.pool.submit(run)
+            if not self.work.submit(run):
+                self._busy(**kwargs)
         return submit
+
+    def _busy(self, client: WebClient, event: dict | None = None, body: dict | None = None, **_) -> None:
+        """The queue is full: say so where the answer would have gone (a /diagnose is refused at its ack)."""
+        try:
+            if event is not None:
+                client.chat_postMessage(channel=event["channel"], thread_ts=event.get("thread_ts") or event["ts"],
+                                        text=self.work.message())
+            elif body is not None and body.get("type") == "message_action":
+                client.chat_postEphemeral(channel=body.get("channel", {}).get("id", ""),
+                                          user=body.get("user", {}).get("id", ""), text=self.work.message())
+        except Exception as e:
+            log.warning("could not say the bot is busy: %s", type(e).__name__)
 
     def lang(self, client: WebClient, user: str | None) -> str:
         """The asker's language from their Slack locale (users.info), remembered per user."""
@@ -161,6 +175,9 @@ class SlackBot:
         elif not self.limiter.allow(user):
             self._denied.append(command.get("trigger_id", ""))
             ack(text=self.limiter.message(user))
+        elif self.work.busy():
+            self._denied.append(command.get("trigger_id", ""))
+            ack(text=self.work.message())
         else:
             ack(text=":mag: Diagnosing…")
 

@@ -234,3 +234,29 @@ def test_many_silent_connections_hold_a_bounded_number_of_threads(slack_bot, mon
     _time.sleep(1.5)                                    # the held ones time out and free their slots
     with urllib_get(h.url + "/healthz") as r:
         assert r.status == 200
+
+
+def test_a_full_work_queue_says_busy_with_a_retry_time_instead_of_queueing_forever(slack_bot, monkeypatch):
+    import threading
+
+    from bot.service import Triage
+    monkeypatch.setattr("bot.workqueue.MAX_PENDING", 1)
+    gate = threading.Event()
+    real = Triage.run
+
+    def slow(self, *a, **k):
+        gate.wait(10)
+        return real(self, *a, **k)
+    monkeypatch.setattr(Triage, "run", slow)
+    h = slack_bot()
+    first = h.slash(XID, user="U7")[1].decode()
+    second = h.slash(XID, user="U8")[1].decode()
+    assert "Diagnosing" in first and "Busy" in second and "retry in about" in second
+    h.event({"type": "app_mention", "user": "U9", "text": "<@UBOT>", "ts": "9.2", "thread_ts": "9.1",
+             "channel": "C1"}, "EvBusy")
+    busy = h.fake.wait(lambda: [p for p in h.fake.called("chat.postMessage") if "Busy" in p.get("text", "")])
+    assert busy[0]["thread_ts"] == "9.1"
+    gate.set()
+    h.fake.wait(lambda: h.fake.responses)
+    time.sleep(0.5)
+    assert len(h.fake.responses) == 1 and len(h.store.recent(10)) == 1   # the refused ones were not half-done
