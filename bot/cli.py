@@ -20,6 +20,16 @@ def _engine(settings: Settings):
     return Engine(books, settings.parser_options(), settings.scan_backend)
 
 
+def _record(store, d, job: str | None) -> int | None:
+    """Store one diagnosis; a full or broken database is one line on stderr, and the diagnosis is still shown."""
+    import sqlite3
+    try:
+        return store.record(d, source="cli", job_key=job or "")
+    except sqlite3.Error as e:
+        print(f"triage: {d.input.name}: not stored in TRIAGE_DB ({e})", file=sys.stderr)
+        return None
+
+
 def _store(settings: Settings):
     from bot.store import Store
     return Store(settings.db)
@@ -53,7 +63,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
         if progress is not None:
             sys.stderr.write("\n")
         shares += any(LOG_HOLDS_HOST in f.facts for f in d.findings)
-        did = store.record(d, source="cli", job_key=args.job or "") if (store is not None and args.record) else None
+        did = _record(store, d, args.job) if (store is not None and args.record) else None
         phrasing = phraser.phrase(d, args.lang, did) if phraser else None
         if phrasing is not None and phrasing.answer is None and d.findings:
             print(f"triage: LLM answer not used ({phrasing.reason}); showing the deterministic diagnosis",

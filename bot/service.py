@@ -1,6 +1,8 @@
 """What every interface does with an input: diagnose it, store it, hand back the diagnosis and its id."""
 from __future__ import annotations
 
+import logging
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +12,9 @@ from core.inputs import Joined, expand
 from core.models import Diagnosis
 from engine import Engine
 from knowledge.runbook import Runbook
+
+
+log = logging.getLogger("triage.service")
 
 
 @dataclass
@@ -32,14 +37,13 @@ class Triage:
                 continue
             if not d.findings and not keep_empty:
                 continue
-            yield src.name, d, (self.store.record(d, data, **meta) if self.store else None), ""
+            yield src.name, d, self._record(d, data, **meta), ""
 
     def run(self, data: bytes, name: str, lang: str = "en", **meta: str) -> tuple[Diagnosis, int | None]:
         """Raises core.ingest.UnusableInput for input that is not a log. The diagnosis is committed to the store
         (when there is one) before this returns, so an answer that fails to post loses nothing."""
         d = self.engine.diagnose(from_bytes(data, name, self.max_bytes), lang)
-        did = self.store.record(d, data, **meta) if self.store else None
-        return d, did
+        return d, self._record(d, data, **meta)
 
     def run_together(self, inputs: list[tuple[str, bytes]], name: str, lang: str = "en",
                      **meta: str) -> tuple[Diagnosis, int | None]:
@@ -47,5 +51,16 @@ class Triage:
         core.ingest.UnusableInput when none of them can be read."""
         joined = Joined(name, [lambda n=n, b=b: expand(from_bytes(b, n, self.max_bytes)) for n, b in inputs])
         d = self.engine.diagnose(joined, lang)
-        did = self.store.record(d, b"\0".join(b for _, b in inputs), **meta) if self.store else None
-        return d, did
+        return d, self._record(d, b"\0".join(b for _, b in inputs), **meta)
+
+    def _record(self, d: Diagnosis, data: bytes, **meta: str) -> int | None:
+        """Store the diagnosis; when the database cannot take it (disk full, locked, damaged) the asker still gets
+        the answer, with a note that it was not stored, and the failure is logged."""
+        if self.store is None:
+            return None
+        try:
+            return self.store.record(d, data, **meta)
+        except sqlite3.Error as e:
+            log.error("diagnosis not stored: %s", e)
+            d.input.notes.append(f"this diagnosis could not be stored ({e}); tell the bot's operator")
+            return None

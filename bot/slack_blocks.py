@@ -129,6 +129,8 @@ def diagnosis_blocks(d: Diagnosis, diagnosis_id: int | None = None, runbook_url:
             cut = True  # their steps only in the full text
         if d.input.truncated:
             blocks.append(context(":scissors: The input was larger than the size cap; only part of it was read."))
+    for note in d.input.notes[:3]:   # what was skipped, capped or not stored
+        blocks.append(context(":information_source: " + _safe(note, 300)))
     info = f"`{_safe(name, 100)}` · {d.input.lines} lines"
     if diagnosis_id is not None:
         info += f" · diagnosis #{diagnosis_id}"

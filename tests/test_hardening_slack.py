@@ -1,4 +1,5 @@
 """Slack abuse and faults: replays, floods, Slack outages, broken databases. Nothing crashes, nothing is lost."""
+import json
 import os
 import subprocess
 import sys
@@ -260,3 +261,22 @@ def test_a_full_work_queue_says_busy_with_a_retry_time_instead_of_queueing_forev
     h.fake.wait(lambda: h.fake.responses)
     time.sleep(0.5)
     assert len(h.fake.responses) == 1 and len(h.store.recent(10)) == 1   # the refused ones were not half-done
+
+
+def test_a_full_disk_still_answers_and_says_the_diagnosis_was_not_stored(slack_bot, monkeypatch):
+    """SQLite's real 'database or disk is full' (the page limit pinned at the current size), not a mock error."""
+    from bot.store import Store
+    real = Store.record
+
+    def full(self, *a, **k):
+        pages = self.db.conn.execute("pragma page_count").fetchone()[0]
+        self.db.conn.execute(f"pragma max_page_count = {pages}")
+        return real(self, *a, **k)
+    monkeypatch.setattr(Store, "record", full)
+    h = slack_bot()
+    for _ in range(3):
+        h.slash(OOM + "\n" + "x" * 20000)
+    h.fake.wait(lambda: len(h.fake.responses) >= 3)
+    texts = [json.dumps(r) for r in h.fake.responses]
+    assert all("Root cause: cuda_oom" in t for t in texts)
+    assert any("could not be stored" in t and "full" in t for t in texts)
