@@ -265,8 +265,13 @@ def _logging() -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="triage", description="Triage distributed-training logs (PyTorch, NCCL, EFA).")
     sub = p.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("diagnose", help="diagnose log files (plain or .gz) or stdin ('-')")
-    d.add_argument("files", nargs="+", metavar="FILE", help="log file, .gz file, or - for stdin")
+    d = sub.add_parser("diagnose", help="diagnose log files, directories, archives or stdin ('-')",
+                       description="Name the root cause of a failed or slow training job from its log, with the "
+                                   "evidence lines and the runbook's steps. Exit code 0 whatever was found; 2 for "
+                                   "input that is not a log.")
+    d.add_argument("files", nargs="+", metavar="FILE",
+                   help="a log (plain or .gz), a .zip/.tar/.tar.gz of logs (each member diagnosed), a directory "
+                        "(its .log/.out/.err/.txt/.gz/archive files), or - for stdin")
     d.add_argument("--json", action="store_true", help="one JSON object (triage.diagnosis/v1) per input, per line")
     d.add_argument("--record", action="store_true", help="also store the diagnosis in TRIAGE_DB (for reports)")
     d.add_argument("--lang", choices=("en", "ko"), default="en", help="language of the answer")
@@ -276,9 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read all files (and archive members) as one job's log: one diagnosis, ranks compared "
                         "across files, evidence as file:line")
     d.set_defaults(func=cmd_diagnose)
-    s = sub.add_parser("serve", help="run the Slack bot (Socket Mode if SLACK_APP_TOKEN is set, else HTTP)")
-    s.add_argument("--port", type=int, default=3000)
-    s.add_argument("--host", default="0.0.0.0")
+    s = sub.add_parser("serve", help="run the Slack bot (Socket Mode if SLACK_APP_TOKEN is set, else HTTP)",
+                       description="Run the Slack bot. Needs SLACK_BOT_TOKEN, and SLACK_APP_TOKEN (Socket Mode) or "
+                                   "SLACK_SIGNING_SECRET (HTTP mode); see the README's settings table.")
+    s.add_argument("--port", type=int, default=3000,
+                   help="HTTP mode: the port for /slack/events and /healthz (default 3000; ignored in Socket Mode)")
+    s.add_argument("--host", default="0.0.0.0",
+                   help="HTTP mode: the address to listen on (default 0.0.0.0; ignored in Socket Mode)")
     s.set_defaults(func=cmd_serve)
     r = sub.add_parser("report", help="weekly tuning report from the stored diagnoses (report.md + PNG charts)")
     r.add_argument("--since", default="7d", help="7d, 24h, 2w or a date (default 7d)")

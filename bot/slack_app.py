@@ -24,6 +24,9 @@ from core.inputs import Joined
 from core.models import SYMPTOMS, Diagnosis
 
 log = logging.getLogger("triage.slack")
+# Bolt reads SLACK_BOT_TOKEN from the environment itself and then warns that the client we pass (which carries the
+# same token and, in tests, another base URL) wins. That is what we want: keep the start-up output clean.
+log.addFilter(lambda record: "will be unused" not in record.getMessage())
 NOT_HERE = "Train Triage is not enabled in this channel. Ask an admin to add it to TRIAGE_ALLOWED_CHANNELS."
 
 

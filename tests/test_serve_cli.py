@@ -82,7 +82,7 @@ def test_serve_process_answers_a_slash_command_end_to_end(tmp_path):
         fake.stop()
     assert (tmp_path / "t.db").exists()
     logs = p.stderr.read().decode()
-    assert "xoxb-e2e" not in logs
+    assert "xoxb-e2e" not in logs and "will be unused" not in logs   # no Bolt warning at start-up
 
 
 def test_socket_mode_is_chosen_when_app_token_is_set():
@@ -131,3 +131,27 @@ def test_socket_mode_end_to_end_over_a_local_websocket(tmp_path, engine):
         handler.close()
         ws.close()
         fake.stop()
+
+
+def test_both_manifests_declare_the_same_app_and_the_http_one_has_every_request_url():
+    import yaml
+    sock = yaml.safe_load((ROOT / "slack-manifest.yaml").read_text())
+    http = yaml.safe_load((ROOT / "slack-manifest-http.yaml").read_text())
+    assert sock["oauth_config"] == http["oauth_config"] and sock["features"]["shortcuts"] == http["features"]["shortcuts"]
+    assert sock["settings"]["socket_mode_enabled"] is True and http["settings"]["socket_mode_enabled"] is False
+    urls = [http["features"]["slash_commands"][0]["url"], http["settings"]["event_subscriptions"]["request_url"],
+            http["settings"]["interactivity"]["request_url"]]
+    assert all(u.endswith("/slack/events") and u.startswith("https://") for u in urls)
+    assert {"channels:read", "groups:read"} <= set(http["oauth_config"]["scopes"]["bot"])
+
+
+def test_the_dockerfile_installs_dependencies_before_the_source_and_ships_every_package():
+    """No Docker engine here to build it; the layer order and the packages it copies are checked as text."""
+    import tomllib
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    deps = next(i for i, ln in enumerate(lines) if "pip install" in ln and "requirements.txt" in ln)
+    first_source = next(i for i, ln in enumerate(lines) if ln.startswith("COPY bot"))
+    assert deps < first_source and any("optional-dependencies']['fast']" in ln for ln in lines)
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    copied = {ln.split()[1] for ln in lines if ln.startswith("COPY ") and "pyproject" not in ln}
+    assert {p.split(".")[0] for p in packages} <= copied
