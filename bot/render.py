@@ -48,13 +48,24 @@ def change_text(c: Change) -> str:
     return text
 
 
+def _readable(v, limit: int = 100) -> str:
+    """A fact as a person reads it: lists joined, records as 'key value' pairs, long ones cut at a separator."""
+    if isinstance(v, dict):
+        text = ", ".join(f"{k}: {_readable(x, 40)}" for k, x in list(v.items())[:4])
+    elif isinstance(v, (list, tuple)):
+        text = ("; " if any(isinstance(x, dict) for x in v) else ", ").join(_readable(x, 60) for x in v)
+    elif isinstance(v, float):
+        text = f"{v:g}"
+    else:
+        text = str(v)
+    if len(text) > limit:
+        cut = max(text.rfind(sep, 0, limit - 4) for sep in (", ", "; ", " "))
+        text = text[:cut if cut > limit // 2 else limit - 4] + " …"
+    return text
+
+
 def _facts(f: Finding) -> str:
-    parts = []
-    for k, v in f.facts.items():
-        if isinstance(v, (list, dict)) and len(str(v)) > 80:
-            v = str(v)[:77] + "..."
-        parts.append(f"{k}={v}")
-    return ", ".join(parts)
+    return " | ".join(f"{k}={_readable(v)}" for k, v in f.facts.items())
 
 
 def _step_lines(i: int, owner: str, text: str, changes: list[Change], cite: list[str], lang: str) -> list[str]:

@@ -188,3 +188,13 @@ def test_control_sequences_from_a_log_never_reach_the_terminal_raw(tmp_path):
     doc = triage("diagnose", "--json", str(log))
     assert "\x9b".encode() not in doc.stdout
     assert json.loads(doc.stdout)["unclaimed"][0]["example"].endswith("\x9b31m")   # the data itself is intact
+
+
+def test_facts_read_as_values_and_the_drain_command_names_the_host_from_the_log():
+    out = triage("diagnose", str(ROOT / "examples" / "dmesg-xid79.log")).stdout.decode()
+    facts = next(ln for ln in out.splitlines() if ln.strip().startswith("facts:"))
+    assert "{'" not in facts and "['" not in facts and "xid: 79" in facts and "hosts=ip-10-4-12-88" in facts
+    assert 'scontrol update nodename=ip-10-4-12-88 state=drain reason="GPU Xid"' in out and "<node>" not in out
+    no_host = triage("diagnose", "-", stdin=b"NVRM: Xid (PCI:0000:a8:00): 79, pid=1, name=python3, GPU has fallen "
+                                              b"off the bus.\n").stdout.decode()
+    assert "nodename=<node>" in no_host
