@@ -85,11 +85,15 @@ def cmd_diagnose(args, settings: Settings) -> int:
 
 def _inputs(paths: list[tuple[str, str]], max_bytes: int):
     """(source, progress) for every file and every member of every archive; (None, None) after a bad one."""
+    from bot.render import terminal_safe
     from core.inputs import open_inputs
     for path, name in paths:
+        notes: list[str] = []
         try:
-            for src in open_inputs(path, max_bytes, name):
+            for src in open_inputs(path, max_bytes, name, notes):
                 yield src, _progress(path)
+            for note in notes:   # members skipped past the cap, a damaged end: said once, after the members
+                print(terminal_safe(f"triage: {note}"), file=sys.stderr)
         except UnusableInput as e:
             print(f"triage: {e}", file=sys.stderr)
             yield None, None

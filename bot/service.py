@@ -28,7 +28,8 @@ class Triage:
     def run_all(self, data: bytes, name: str, lang: str = "en", keep_empty: bool = True, **meta: str):
         """Like run, for every member when the data is an archive: yields (name, diagnosis or None, id, error).
         With keep_empty=False a diagnosis without findings is neither stored nor reported (chat, not a log)."""
-        for src in expand(from_bytes(data, name, self.max_bytes)):
+        notes: list[str] = []
+        for src in expand(from_bytes(data, name, self.max_bytes), notes):
             try:
                 d = self.engine.diagnose(src, lang)
             except UnusableInput as e:
@@ -38,6 +39,8 @@ class Triage:
             if not d.findings and not keep_empty:
                 continue
             yield src.name, d, self._record(d, data, **meta), ""
+        for note in notes:   # what the archive as a whole says, reported like a skipped input
+            yield name, None, None, note
 
     def run(self, data: bytes, name: str, lang: str = "en", **meta: str) -> tuple[Diagnosis, int | None]:
         """Raises core.ingest.UnusableInput for input that is not a log. The diagnosis is committed to the store

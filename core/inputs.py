@@ -35,9 +35,10 @@ def _is_tar(head: bytes) -> bool:
     return head[257:262] == b"ustar"
 
 
-def expand(src: Source) -> Iterator[Source]:
+def expand(src: Source, notes: list[str] | None = None) -> Iterator[Source]:
     """A .zip, .tar or .tar.gz becomes one Source per member file (at most MAX_MEMBERS, sharing the size cap);
-    anything else is yielded as it is."""
+    anything else is yielded as it is. What the archive as a whole says (members skipped past the cap, a damaged
+    end) is added to `notes` once every member has been read: no single member's answer can carry it."""
     head = _peek(src.stream, 1024)
     if head[:4] == b"PK\x03\x04":
         yield from _zip_members(src)
@@ -45,6 +46,9 @@ def expand(src: Source) -> Iterator[Source]:
         yield from _tar_members(src)
     else:
         yield src
+        return
+    if notes is not None:
+        notes.extend(f"{src.name}: {n}" for n in src.notes)
 
 
 def _member_cap(src: Source, used: list[int]) -> int:
@@ -125,9 +129,10 @@ def log_paths(paths: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     return out, notes
 
 
-def open_inputs(path: str, max_bytes: int, name: str | None = None) -> Iterator[Source]:
-    """Every input in a path: the file itself, or each member of an archive."""
-    yield from expand(open_path(path, max_bytes, name))
+def open_inputs(path: str, max_bytes: int, name: str | None = None,
+                notes: list[str] | None = None) -> Iterator[Source]:
+    """Every input in a path: the file itself, or each member of an archive (archive notes into `notes`)."""
+    yield from expand(open_path(path, max_bytes, name), notes)
 
 
 def open_path(path: str, max_bytes: int, name: str | None = None) -> Source:

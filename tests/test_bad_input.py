@@ -129,3 +129,15 @@ def test_a_fifo_in_a_log_directory_is_skipped_with_a_note_not_waited_on(tmp_path
                        capture_output=True, timeout=60)
     assert r.returncode == 0 and b"gpu_xid" in r.stdout
     assert b"node2.log: skipped, not a regular file" in r.stderr
+
+
+def test_an_archive_over_the_member_cap_says_how_many_were_skipped(tmp_path):
+    from core.inputs import MAX_MEMBERS
+    path = tmp_path / "many.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        for i in range(MAX_MEMBERS + 6):
+            z.writestr(f"node{i:02d}.log", "step 1 | loss 2.0\n")
+    for args, data in (([str(path)], None), (["-"], path.read_bytes())):
+        r = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", *args], input=data, cwd=ROOT,
+                           capture_output=True, timeout=120)
+        assert r.returncode == 0 and f"only the first {MAX_MEMBERS} of {MAX_MEMBERS + 6} files".encode() in r.stderr
