@@ -116,16 +116,26 @@ class SlackBot:
             ts = self.outbox.post(client, payload, did)
         else:
             ts = client.chat_postMessage(**payload)["ts"]
-        if ts and cut:
-            self._attach_full(client, channel, thread_ts, d, did, lang)
+        if ts and cut and not self._attach_full(client, channel, thread_ts, d, did, lang):
+            try:
+                client.chat_postMessage(channel=channel, thread_ts=thread_ts or ts, text=kit.ATTACH_FAILED)
+            except Exception as e:
+                log.warning("could not say the attachment failed: %s", type(e).__name__)
 
     def _attach_full(self, client: WebClient, channel: str, thread_ts: str | None, d: Diagnosis,
-                     did: int | None, lang: str = "en") -> None:
+                     did: int | None, lang: str = "en") -> bool:
+        """Upload the full text diagnosis beside a shortened answer; False when Slack refused it (bot not in the
+        channel, a DM, no files:write), so the caller can say so instead of leaving '+N more' unexplained."""
         kwargs: dict[str, Any] = {"channel": channel, "content": diagnosis_text(d, lang),
                                   "filename": f"diagnosis-{did or 'full'}.txt", "title": "Full diagnosis"}
         if thread_ts:
             kwargs["thread_ts"] = thread_ts
-        client.files_upload_v2(**kwargs)
+        try:
+            client.files_upload_v2(**kwargs)
+            return True
+        except Exception as e:
+            log.warning("could not attach the full diagnosis: %s", type(e).__name__)
+            return False
 
     def _diagnose_inputs(self, inputs: list[Input], meta: dict[str, str],
                          lang: str = "en") -> list[tuple[Input, Diagnosis | None, int | None, str]]:
@@ -214,11 +224,8 @@ class SlackBot:
         if not ok:  # response_url failed: post to the channel, through the outbox if Slack is down
             self._post_diagnosis(client, channel, None, d, did, lang, (blocks, fallback, False))
             return
-        if cut:
-            try:
-                self._attach_full(client, channel, None, d, did, lang)
-            except Exception as e:  # the answer is out; the attachment is a bonus
-                log.warning("could not attach the full diagnosis: %s", type(e).__name__)
+        if cut and not self._attach_full(client, channel, None, d, did, lang):
+            respond(text=kit.ATTACH_FAILED, response_type="ephemeral")
 
     def _post_report(self, client: WebClient, channel: str, respond) -> None:
         from bot import report

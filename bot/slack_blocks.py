@@ -73,7 +73,10 @@ def _finding_blocks(f: Finding, runbook_url: str | None, steps_shown: int, lang:
         room = MAX_SECTION - len(head) - len(changes) - len(cites)
         cut |= len(text) > room or len(changes) > 1500
         blocks.append(section(head + _safe(text, room // 2) + changes + cites))
-    cut |= len(f.steps) > steps_shown
+    if len(f.steps) > steps_shown:
+        cut = True
+        more = len(f.steps) - steps_shown
+        blocks.append(context(f"+{more} more step{'s' if more > 1 else ''} in the full diagnosis attached below"))
     return blocks, cut
 
 
@@ -163,6 +166,9 @@ def sections_blocks(question: str, sections: list, runbook_url: str | None = Non
     return blocks
 
 
+ATTACH_FAILED = (":warning: The full diagnosis (every step and finding) could not be attached here — the bot may not "
+                 "be in this channel or allowed to upload files. Run `triage diagnose` on the log, or invite the bot "
+                 "and ask again.")
 USAGE = ("Usage: *Train Triage* reads a failed or slow training job's log and names the root cause with the runbook steps.\n"
          "• `/diagnose <paste a log>`: diagnose it (paste the end of the log: the error and a screen above it; "
          "NCCL_DEBUG=INFO lines help for hangs and EFA).\n"

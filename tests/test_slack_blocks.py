@@ -53,3 +53,9 @@ def test_home_view_limits():
              "top_title": "x" * 5000, "vote": "up"} for i in range(30)]
     view = home_view(rows, {"cuda_oom": 30})
     _check(view["blocks"])
+
+
+def test_steps_left_out_are_counted_never_dropped_silently():
+    blocks, cut = diagnosis_blocks(_big(), 7)
+    _check(blocks)
+    assert cut and any("+6 more steps in the full diagnosis" in str(b) for b in blocks)   # 12 steps, 6 shown

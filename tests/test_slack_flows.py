@@ -310,3 +310,14 @@ def test_app_home_shows_only_what_the_person_may_see(slack_bot):
     h.event({"type": "app_home_opened", "user": "U3", "channel": "D3", "tab": "home"}, "EvH3")
     text = _texts(h.fake.wait_calls("views.publish", 2)[1]["view"]["blocks"])
     assert "`cuda_oom`: 1" in text and "#1 `cuda_oom`" in text
+
+
+def test_steps_left_out_are_counted_and_a_failed_attachment_is_said(slack_bot):
+    h = slack_bot()
+    h.fake.fail["files.getUploadURLExternal"] = (200, {"ok": False, "error": "not_in_channel"})
+    cascade = (FIXTURES / "cuda_oom" / "timeout_cascade.log").read_text()
+    h.fake.threads[("C1", "9.5")] = [{"user": "U1", "ts": "9.5", "text": "<@UBOT>\n" + cascade}]
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>\n" + cascade, "ts": "9.5", "channel": "C1"}, "EvF")
+    warn = h.fake.wait(lambda: [p for p in h.fake.called("chat.postMessage") if "could not be attached" in
+                                p.get("text", "")])
+    assert warn[0]["thread_ts"] == "9.5"
