@@ -29,6 +29,14 @@ def template(line: str) -> str:
     return re.sub(r"\s+", " ", t)[:200]
 
 
+def shorten(text: str, limit: int) -> str:
+    """At most `limit` characters, cut at a word boundary with an ellipsis (never mid-word)."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit - 1)
+    return text[:cut if cut > limit // 2 else limit - 1].rstrip() + "…"
+
+
 def unexplained(rows: list[dict], evidence_texts) -> list[dict]:
     """The template rows (most frequent first) whose template no evidence line shares."""
     claimed = {template(t) for t in evidence_texts}

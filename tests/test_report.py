@@ -183,3 +183,41 @@ def test_slash_report_posts_files_to_the_channel(slack_bot):
     h.slash("report", channel="C1")
     done = h.fake.wait_calls("files.completeUploadExternal")
     assert done[0]["channel_id"] == "C1"
+
+
+def test_report_lists_real_fixes_and_real_unknowns_only(seeded):
+    store, _ = seeded
+    r = report.build(store, NOW - timedelta(days=7), NOW)
+    names = [c["name"] for c in r.changes]
+    assert names and not {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "TORCH_NCCL_TRACE_BUFFER_SIZE"} & set(names)
+    templates = " ".join(u["template"] for u in r.unclaimed)
+    assert "Checkpoint shard" in templates
+    assert "raise " not in templates and "exitcode" not in templates and "ChildFailedError" not in templates
+    assert all(not t["text"].endswith(("…'", "'")) or " " in t["text"] for t in r.tune_next)
+
+
+def test_an_env_hint_inside_an_error_message_is_not_the_jobs_env(run):
+    d = run((F / "cuda_oom" / "new_format_fragmented.log").read_bytes())
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in (d.job.get("env") or {})
+    d = run("+ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" +
+            (F / "cuda_oom" / "new_format_fragmented.log").read_text())
+    assert d.job["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"   # really set: recorded
+
+
+def test_templates_are_cut_at_words():
+    from core.templates import shorten
+    s = shorten("RuntimeError: Checkpoint shard <n> failed to load from <path> because the filesystem went away", 60)
+    assert len(s) <= 60 and s.endswith("…") and s[:-1] == s[:-1].rstrip() and "filesyst…" not in s
+
+
+def test_tracebacks_source_lines_and_torchrun_summaries_are_not_unknown_errors(run):
+    log = ("[rank3]: Traceback (most recent call last):\n"
+           '[rank3]:   File "/app/train.py", line 41, in <module>\n'
+           "[rank3]:     raise RuntimeError(f'shard {i} failed')\n"
+           "[rank3]: RuntimeError: shard 17 failed to load from /fsx/ckpt/17.pt\n"
+           "E1130 10:00:01.123000 4410 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+           "local_rank: 3 (pid: 4413) of binary: /usr/bin/python3\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+           "  exitcode  : 1 (pid: 4413)\n")
+    templates = [u["template"] for u in run(log).unclaimed]
+    assert len(templates) == 1 and templates[0].startswith("RuntimeError: shard <n> failed to load")

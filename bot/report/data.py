@@ -13,8 +13,11 @@ from core import facts as F
 from core import job as J
 from core import symptoms as S
 from core import versions as V
+from core.templates import shorten
 
 SEVERITY_WEIGHT = {"critical": 3, "error": 2, "warning": 1}
+DIAGNOSTIC = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+                        "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_DISTRIBUTED_DEBUG", "CUDA_LAUNCH_BLOCKING"})
 HARDWARE = S.in_group(S.HARDWARE)
 TRAINING = S.in_group(S.TRAINING)
 ROUTING = S.in_group(S.ROUTING)
@@ -148,8 +151,8 @@ def _changes(r: ReportData, rows: list[dict], docs: dict[int, dict], store: Stor
         for fi, f in enumerate(docs[row["id"]].get("findings", [])):
             for si, s in enumerate(f.get("steps", [])):
                 for c in s.get("changes", []):
-                    if c["kind"] == "command" or c.get("to") is None:
-                        continue
+                    if c["kind"] == "command" or c.get("to") is None or c["name"] in DIAGNOSTIC:
+                        continue   # logging switches that help read the next failure are not fixes to rank
                     key = (c["kind"], c["name"], str(c["to"]))
                     rec = recs.setdefault(key, {"kind": c["kind"], "name": c["name"], "to": c["to"], "count": 0,
                                                 "first_step": 0, "ids": [], "jobs": {}})
@@ -251,6 +254,6 @@ def _tune_next(r: ReportData) -> None:
             add(4, f"Pin {comp}: {len(vals)} versions seen ({', '.join(sorted(vals, key=V.parse))})", len(set(ids)), ids)
     for u in r.unclaimed[:3]:
         if u["diagnoses"] >= 2:
-            add(5, f"Write a playbook for the unrecognised error '{u['template'][:80]}'", u["diagnoses"],
+            add(5, f"Write a playbook for the unrecognised error '{shorten(u['template'], 80)}'", u["diagnoses"],
                 [int(x) for x in str(u["ids"]).split(",")])
     out.sort(key=lambda x: (x["priority"], -x["evidence"]))

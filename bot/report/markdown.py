@@ -5,6 +5,7 @@ from pathlib import Path
 
 from bot.report.data import ReportData
 from core import facts as F
+from core.templates import shorten
 
 
 def _ids(ids, limit: int = 8) -> str:
@@ -87,7 +88,7 @@ def render(r: ReportData, charts: list[Path]) -> str:
     if r.unclaimed:
         out += ["## Unrecognised errors (candidates for new playbooks)", "", "| template | lines | diagnoses | example |",
                 "|---|---:|---:|---|"]
-        out += [f"| `{u['template'][:120]}` | {u['lines']} | {u['diagnoses']} | {str(u['example'])[:100]} |"
+        out += [f"| `{shorten(u['template'], 120)}` | {u['lines']} | {u['diagnoses']} | {shorten(str(u['example']), 100)} |"
                 for u in r.unclaimed]
         out.append("")
     if r.votes or r.wrong:

@@ -30,6 +30,7 @@ _FLAG = rx(r"(?<!\S)--([a-z][a-z0-9-]+)(?:[ =]([^\s-][^\s]*|-?\d[^\s]*))?")
 _PARAMS = rx(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)"
              r"|(?:Number of trainable parameters|Total params|total parameters)\s*[=:]\s*([\d,]+)")
 _ENV = rx(r"\b((?:NCCL|FI|RDMAV|TORCH_NCCL|PYTORCH_CUDA)_[A-Z0-9_]+)(?:=| set by environment to )([^\s,;'\"]+)")
+_HINT = re.compile(r"(?i)(?:try|consider|recommend\w*|please)\s+(?:setting|to set|set|using|use)\s+$")
 _COMM_RANK = rx(r"\bcomm 0x[0-9a-fA-F]+ rank (\d+) nranks (\d+)")
 _NRANKS = rx(r"\bnranks (\d+)\b|\bworld[_ ]size[=: ]+(\d+)|\bWORLD_SIZE=(\d+)")
 _INSTANCE = rx(r"\b(p4de?|p5en|p5e|p5|p6-b200|p6-b300|p6e-gb200|g5|g6e?)\.\d*x?large\b|Running on (\w+)[\w.-]* platform")
@@ -121,6 +122,8 @@ class ContextCollector(Collector):
                     self._set(key, m.group(2) if kind is not bool else "true")
         if "_" in t and "environment variable to" not in t:  # the plugin's own settings are not the user's
             for m in findall(_ENV, t):
+                if _HINT.search(t, 0, m.start()):
+                    continue   # advice inside a message ("try setting PYTORCH_CUDA_ALLOC_CONF=..."), not the job's env
                 env = self.job.setdefault(J.ENV, {})
                 if len(env) < 64:
                     env.setdefault(m.group(1), m.group(2).rstrip(".)"))

@@ -14,6 +14,9 @@ MAX_TEMPLATES = 300
 _ERRORISH = re.compile(r"\b(?:[A-Za-z]*Error|ERROR|FATAL|Fatal|fatal|WARN|Exception|FAILED|Failed|failed|Segmentation "
                        r"fault|core dumped|Killed|Aborted|CUDA error|NCCL error|with exception)\b")
 _BENIGN = re.compile(r"Traceback \(most recent call last\)|^\s*File \"|During handling of the above|"
+                     r"^\s*(?:\[[^\]]*\]:?\s*)*raise \w|"                       # a traceback's source line
+                     r"\bfailed \(exitcode: -?\d+\) local_rank:|ChildFailedError|"  # torchrun's summary of a crash
+                     r"^\s*(?:\[\d+\]:\s*)?(?:exitcode|error_file|traceback)\s*:|"
                      r"NCCL INFO|Error while creating shared memory|CUDA kernel errors might be asynchronously|"
                      r"For debugging consider passing|Compile with `TORCH_USE_CUDA_DSA`|error_file:|^\s*#|"
                      r"(?i:errors?|failed|failures?)\s*[:=]\s*(?:0|none|n/a)\s*$")   # counters that say all is well
