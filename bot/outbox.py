@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
@@ -15,6 +17,8 @@ from bot.store import Store, now
 log = logging.getLogger("triage.outbox")
 BACKOFF = (5, 30, 120, 600, 1800, 3600)  # seconds before attempt 2, 3, …; the last repeats
 MAX_ATTEMPTS = 24
+LEASE_S = 120      # a claimed item goes back to the others if its poster has not finished by then
+MARK = "triage_answer"
 
 
 def _transient(e: Exception) -> bool:
@@ -30,6 +34,7 @@ class Outbox:
         self.store = store
         self.on_sent = on_sent or (lambda did, channel, ts: None)
         self._stop = threading.Event()
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
 
     def post(self, client, payload: dict[str, Any], diagnosis_id: int | None = None) -> str | None:
         """chat.postMessage now; on a transient failure keep it for later. Returns the message ts when sent."""
@@ -46,38 +51,66 @@ class Outbox:
     def _enqueue(self, payload: dict[str, Any], diagnosis_id: int | None, why: str) -> None:
         due = (datetime.now(timezone.utc) + timedelta(seconds=BACKOFF[0])).isoformat(timespec="seconds")
         with self.store.write():
-            self.store.db["outbox"].insert({"created_at": now(), "diagnosis_id": diagnosis_id,
-                                            "payload_json": json.dumps(payload, ensure_ascii=False), "attempts": 1,
-                                            "next_at": due, "status": "pending", "last_error": why})
+            oid = self.store.db["outbox"].insert({
+                "created_at": now(), "diagnosis_id": diagnosis_id, "payload_json": "", "attempts": 1,
+                "next_at": due, "status": "pending", "last_error": why}).last_pk
+            # the item's id travels in the message's metadata, so a later retry can see it was already posted
+            marked = {**payload, "metadata": {"event_type": MARK, "event_payload": {"outbox_id": oid}}}
+            self.store.db["outbox"].update(oid, {"payload_json": json.dumps(marked, ensure_ascii=False)})
         log.warning("Slack post failed (%s); answer for diagnosis %s queued for retry", why, diagnosis_id)
 
     def pending(self) -> list[dict[str, Any]]:
-        return list(self.store.db.query("select * from outbox where status = 'pending' order by id"))
+        return list(self.store.db.query("select * from outbox where status in ('pending', 'posting') order by id"))
+
+    def _claim(self, item: dict[str, Any], at: str) -> bool:
+        """Take the item for this process, in one write transaction: a pending one that is due, or one whose
+        poster's lease ran out (that process died mid-post). Another `triage serve` on the database then skips it."""
+        lease = (datetime.fromisoformat(at) + timedelta(seconds=LEASE_S)).isoformat(timespec="seconds")
+        with self.store.write() as db:
+            cur = db.execute("update outbox set status = 'posting', owner = ?, lease_until = ? where id = ? and "
+                             "((status = 'pending' and next_at <= ?) or (status = 'posting' and lease_until < ?))",
+                             [self.owner, lease, item["id"], at, at])
+            return cur.rowcount == 1
 
     def drain(self, client, at: datetime | None = None) -> int:
         """Retry every item that is due; return how many were delivered."""
         at = at or datetime.now(timezone.utc)
-        sent = 0
+        stamp, sent = at.isoformat(timespec="seconds"), 0
         for item in self.pending():
-            if item["next_at"] > at.isoformat(timespec="seconds"):
+            if not self._claim(item, stamp):
                 continue
             payload = json.loads(item["payload_json"])
             try:
-                resp = client.chat_postMessage(**payload)
+                ts = (self._posted_before(client, payload, item["id"]) if item["status"] == "posting" else None) \
+                    or client.chat_postMessage(**payload).get("ts", "")
             except Exception as e:
                 attempts = item["attempts"] + 1
                 status = "pending" if _transient(e) and attempts < MAX_ATTEMPTS else "failed"
                 delay = BACKOFF[min(attempts - 1, len(BACKOFF) - 1)]
                 with self.store.write():
                     self.store.db["outbox"].update(item["id"], {
-                        "attempts": attempts, "status": status, "last_error": type(e).__name__,
+                        "attempts": attempts, "status": status, "last_error": type(e).__name__, "owner": None,
                         "next_at": (at + timedelta(seconds=delay)).isoformat(timespec="seconds")})
                 continue
             with self.store.write():
-                self.store.db["outbox"].update(item["id"], {"status": "sent", "attempts": item["attempts"] + 1})
-            self.on_sent(item["diagnosis_id"], payload["channel"], resp.get("ts", ""))
+                self.store.db["outbox"].update(item["id"], {"status": "sent", "attempts": item["attempts"] + 1,
+                                                           "sent_ts": ts})
+            self.on_sent(item["diagnosis_id"], payload["channel"], ts)
             sent += 1
         return sent
+
+    @staticmethod
+    def _posted_before(client, payload: dict[str, Any], outbox_id: int) -> str | None:
+        """A previous poster died after Slack took the message but before it was recorded: find the message by the
+        outbox id in its metadata instead of posting it twice."""
+        kw = {"channel": payload["channel"], "include_all_metadata": True, "limit": 200}
+        resp = client.conversations_replies(ts=payload["thread_ts"], **kw) if payload.get("thread_ts") \
+            else client.conversations_history(**kw)
+        for m in resp.get("messages", []):
+            meta = m.get("metadata") or {}
+            if meta.get("event_type") == MARK and (meta.get("event_payload") or {}).get("outbox_id") == outbox_id:
+                return m.get("ts", "")
+        return None
 
     def start(self, client, every: float = 5.0) -> threading.Thread:
         def loop():

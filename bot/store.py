@@ -86,6 +86,13 @@ def m005_llm_outcome(db: sqlite_utils.Database) -> None:
         db["diagnoses"].add_column("llm_outcome", str)
 
 
+@migrations()
+def m006_outbox_lease(db: sqlite_utils.Database) -> None:
+    """Who is posting an outbox item and until when (several `triage serve` on one database), and the ts it got."""
+    for column in ("owner", "lease_until", "sent_ts"):
+        db["outbox"].add_column(column, str)
+
+
 def job_key_for(d: Diagnosis, given: str = "") -> str:
     """Which job a log belongs to: the name given, a Slurm job id in the log or file name, else the file name."""
     if given:

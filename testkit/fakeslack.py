@@ -27,6 +27,7 @@ class FakeSlack:
         self.responses: list[dict[str, Any]] = []   # bodies posted to response_url
         self.uploads: dict[str, bytes] = {}
         self.threads: dict[tuple[str, str], list[dict]] = {}
+        self.posted: list[dict[str, Any]] = []   # every chat.postMessage, as Slack would keep it
         self.files: dict[str, bytes] = {}
         self.file_auth: list[str] = []
         self.fail: dict[str, tuple[int, dict]] = {}  # method -> (http status, json)
@@ -94,10 +95,19 @@ class FakeSlack:
             return 200, {"ok": True, "url": "https://fake.slack.com/", "team": "T", "user": "triage",
                          "team_id": "T1", "user_id": "UBOT", "bot_id": "BBOT"}
         if method in ("chat.postMessage", "chat.update", "chat.postEphemeral"):
-            return 200, {"ok": True, "channel": p.get("channel"), "ts": p.get("ts") or self._next_ts(),
-                         "message_ts": self._next_ts()}
+            ts = p.get("ts") or self._next_ts()
+            if method == "chat.postMessage":   # kept, so conversations.history/replies show what the bot posted
+                meta = p.get("metadata")
+                self.posted.append({"channel": p.get("channel"), "ts": ts, "thread_ts": p.get("thread_ts"),
+                                    "text": p.get("text"), "bot_id": "BBOT",
+                                    "metadata": json.loads(meta) if isinstance(meta, str) else meta})
+            return 200, {"ok": True, "channel": p.get("channel"), "ts": ts, "message_ts": self._next_ts()}
+        if method == "conversations.history":
+            return 200, {"ok": True, "has_more": False, "messages": [
+                m for m in reversed(self.posted) if m["channel"] == p.get("channel") and not m["thread_ts"]]}
         if method == "conversations.replies":
-            return 200, {"ok": True, "messages": self.threads.get((p.get("channel"), p.get("ts")), []),
+            mine = [m for m in self.posted if m["channel"] == p.get("channel") and m["thread_ts"] == p.get("ts")]
+            return 200, {"ok": True, "messages": self.threads.get((p.get("channel"), p.get("ts")), []) + mine,
                          "has_more": False}
         if method == "users.conversations":
             return 200, {"ok": True, "channels": [{"id": c} for c in self.memberships.get(p.get("user"), [])]}

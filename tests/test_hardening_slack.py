@@ -280,3 +280,57 @@ def test_a_full_disk_still_answers_and_says_the_diagnosis_was_not_stored(slack_b
     texts = [json.dumps(r) for r in h.fake.responses]
     assert all("Root cause: cuda_oom" in t for t in texts)
     assert any("could not be stored" in t and "full" in t for t in texts)
+
+
+def _queued_answer(h):
+    """One answer waiting in the outbox after a Slack outage, and a working client again."""
+    from slack_sdk import WebClient
+    h.fake.fail["chat.postMessage"] = (503, {"ok": False, "error": "service_unavailable"})
+    h.fake.threads[("C1", "8.1")] = [{"user": "U1", "ts": "8.1", "text": "<@UBOT>\n" + XID}]
+    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>\n" + XID, "ts": "8.1", "channel": "C1"}, "EvQ")
+    h.fake.wait(lambda: any(p.get("name") == "white_check_mark" for p in h.fake.called("reactions.add")))
+    del h.fake.fail["chat.postMessage"]
+    return WebClient(token="xoxb-test-token", base_url=h.fake.api)
+
+
+def test_two_serve_processes_never_both_post_one_outbox_item(slack_bot):
+    from datetime import datetime, timedelta, timezone
+
+    from bot.outbox import Outbox
+    h = slack_bot()
+    client = _queued_answer(h)
+    later = datetime.now(timezone.utc) + timedelta(minutes=1)
+    a, b = Outbox(h.store), Outbox(h.store)
+    inner = []
+
+    class Racing:   # while A is posting, B drains the same database (another triage serve)
+        def __getattr__(self, name):
+            return getattr(client, name)
+
+        def chat_postMessage(self, **kw):
+            inner.append(b.drain(client, later))
+            return client.chat_postMessage(**kw)
+    before = len(h.fake.called("chat.postMessage"))
+    assert a.drain(Racing(), later) == 1 and inner == [0]
+    assert len(h.fake.called("chat.postMessage")) - before == 1
+
+
+def test_a_post_in_flight_at_kill_9_is_not_posted_twice(slack_bot):
+    from datetime import datetime, timedelta, timezone
+
+    from bot.outbox import Outbox
+    h = slack_bot()
+    client = _queued_answer(h)
+    later = datetime.now(timezone.utc) + timedelta(minutes=1)
+    dead = Outbox(h.store)
+    item = dead.pending()[0]
+    assert dead._claim(item, later.isoformat(timespec="seconds"))           # the first process took it …
+    payload = json.loads(item["payload_json"])
+    client.chat_postMessage(**payload)                                      # … Slack got it, then kill -9
+    before = len(h.fake.called("chat.postMessage"))
+    restarted = Outbox(h.store)
+    assert restarted.drain(client, later + timedelta(seconds=30)) == 0      # still leased to the dead one
+    assert restarted.drain(client, later + timedelta(minutes=5)) == 1       # lease over: found, not re-posted
+    assert len(h.fake.called("chat.postMessage")) == before
+    row = h.store.db["outbox"].get(item["id"])
+    assert row["status"] == "sent" and row["sent_ts"]
