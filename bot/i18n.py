@@ -25,5 +25,13 @@ def t(lang: str, key: str) -> str:
     return TEXT.get(lang, TEXT["en"]).get(key, TEXT["en"][key])
 
 
+def finding_title(lang: str, f) -> str:
+    """The finding's title in the reader's language (Korean built from its facts)."""
+    if lang == "ko":
+        from bot.titles_ko import title
+        return title(f)
+    return f.title
+
+
 def symptom_name(lang: str, symptom: str) -> str:
     return symptoms.name(symptom, lang)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from bot.i18n import symptom_name, t
+from bot.i18n import finding_title, symptom_name, t
 from core.models import Change, Diagnosis, Finding
 
 
@@ -81,7 +81,7 @@ def finding_text(f: Finding, index: int, lang: str = "en", phrased: dict[str, st
     cause = f" ({t(lang, 'consequence')} {f.caused_by})" if f.caused_by else ""
     name = symptom_name(lang, f.symptom)
     label = f.symptom if name == f.symptom else f"{f.symptom} · {name}"
-    out = [f"{head}  [{f.severity}] {label}{cause}: {f.title}"]
+    out = [f"{head}  [{f.severity}] {label}{cause}: {finding_title(lang, f)}"]
     if f.evidence:
         out.append(f"  {t(lang, 'evidence')}:")
         out += [f"    {e.where}: {e.text[:240]}" for e in f.evidence]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.i18n import symptom_name, t
+from bot.i18n import finding_title, symptom_name, t
 from bot.render import change_text, verdict_lines
 from core.models import SYMPTOMS, Diagnosis, Finding
 
@@ -56,7 +56,7 @@ def cite_text(cites: list[str], runbook_url: str | None) -> str:
 def _finding_blocks(f: Finding, runbook_url: str | None, steps_shown: int, lang: str = "en",
                     phrased: dict[str, str] | None = None) -> tuple[list[dict], bool]:
     cut = False
-    blocks: list[dict] = [section(f"*{_safe(f.title, 1000)}*")]
+    blocks: list[dict] = [section(f"*{_safe(finding_title(lang, f), 1000)}*")]
     meta = f"severity *{f.severity}* · confidence {f.confidence:.0%} · rule `{f.rule}`"
     if f.caused_by:
         meta += f" · consequence of `{f.caused_by}`"
@@ -127,7 +127,7 @@ def diagnosis_blocks(d: Diagnosis, diagnosis_id: int | None = None, runbook_url:
         blocks += body
         if len(d.findings) > 1:
             others = "\n".join(f"• `{f.symptom}`{' (consequence of ' + f.caused_by + ')' if f.caused_by else ''}: "
-                               f"{_safe(f.title, 300)}" for f in d.findings[1:6])
+                               f"{_safe(finding_title(lang, f), 300)}" for f in d.findings[1:6])
             blocks.append(section("*Also found*\n" + others))
             cut = True  # their steps only in the full text
         if d.input.truncated:

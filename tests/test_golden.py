@@ -62,3 +62,17 @@ def test_evidence_lines_point_at_the_real_line(run):
     d = run(path.read_bytes())
     for e in d.findings[0].evidence:
         assert lines[e.line - 1].strip() == e.text
+
+
+def test_every_fixture_finding_has_a_korean_title_built_from_its_facts(run):
+    import re as _re
+
+    from bot.titles_ko import reason, title
+    for path in CASES:
+        for f in run(path.read_bytes(), path.name).findings:
+            ko = title(f)
+            assert ko != f.title and _re.search("[가-힣]", ko), (path, f.rule)
+            for english in ("timed out after", "out of memory on", "is behind", "moves data over"):
+                assert english not in ko, (path, ko)
+    assert reason("stuck on an earlier collective (SeqNum 1204 vs 1205)") == "앞선 collective에 멈춰 있음 (SeqNum 1204 vs 1205)"
+    assert reason("something new") == "something new"
