@@ -10,9 +10,9 @@ from urllib.parse import urlparse
 from slack_bolt import App, BoltRequest
 from slack_sdk.signature import SignatureVerifier
 
-MAX_BODY = 2 << 20
+MAX_BODY = 512 << 10   # Slack never sends more (a message holds 40k characters; longer pastes arrive as files)
 READ_TIMEOUT = 10.0        # seconds a connection may sit idle or half-sent before it is closed
-MAX_CONNECTIONS = 256      # connections served at once; more are closed at once instead of holding a thread each
+MAX_CONNECTIONS = 512      # connections served at once; more are closed at once instead of holding a thread each
 log = logging.getLogger("triage.http")
 
 
@@ -43,35 +43,12 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
             else:
                 self._send(404, b"not found")
 
-        def _body(self) -> bytes | None:
-            """The request body, or None after answering: a length that is missing, negative or over the cap, a
-            chunked body, or a client that stops sending."""
-            raw = self.headers.get("Content-Length")
-            if self.headers.get("Transfer-Encoding") or raw is None or not raw.strip().isdigit():
-                self.close_connection = True
-                self._send(411 if raw is None else 400, b"a Content-Length is required")
-                return None
-            length = int(raw)
-            if length > MAX_BODY:
-                self.close_connection = True
-                self._send(413, b"request too large")
-                return None
-            try:
-                body = self.rfile.read(length)
-            except (TimeoutError, OSError):
-                self.close_connection = True
-                return None
-            if len(body) < length:
-                self.close_connection = True
-                return None
-            return body
-
         def do_POST(self):
             parsed = urlparse(self.path)
             if parsed.path != "/slack/events":
                 self._send(404, b"not found")
                 return
-            body = self._body()
+            body = _read_body(self)
             if body is None:
                 return
             if verifier is not None and not _signed(verifier, body, self.headers):
@@ -83,18 +60,47 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
             except (ValueError, TypeError, KeyError):
                 self._send(400, b"malformed request body")
                 return
+            early = verifier is not None and req.body.get("type") == "event_callback"
+            if early:   # Bolt answers an event with an empty 200 anyway: say it now, then let Bolt run it
+                self._send(200, b"")
             try:
                 resp = app.dispatch(req)
             except Exception as e:   # never a dropped connection: Slack retries a 500
                 log.error("dispatch failed: %s", type(e).__name__)
-                self._send(500, b"internal error")
+                if not early:
+                    self._send(500, b"internal error")
                 return
-            payload = resp.body.encode() if isinstance(resp.body, str) else (resp.body or b"")
-            self._send(resp.status, payload, resp.headers)
+            if not early:
+                payload = resp.body.encode() if isinstance(resp.body, str) else (resp.body or b"")
+                self._send(resp.status, payload, resp.headers)
 
     server = _Server((host, port), Handler)
     server.daemon_threads = True
     return server
+
+
+def _read_body(handler) -> bytes | None:
+    """The request body, or None after answering: a length that is missing, negative or over the cap, a
+    chunked body, or a client that stops sending."""
+    raw = handler.headers.get("Content-Length")
+    if handler.headers.get("Transfer-Encoding") or raw is None or not raw.strip().isdigit():
+        handler.close_connection = True
+        handler._send(411 if raw is None else 400, b"a Content-Length is required")
+        return None
+    length = int(raw)
+    if length > MAX_BODY:
+        handler.close_connection = True
+        handler._send(413, b"request too large")
+        return None
+    try:
+        body = handler.rfile.read(length)
+    except (TimeoutError, OSError):
+        handler.close_connection = True
+        return None
+    if len(body) < length:
+        handler.close_connection = True
+        return None
+    return body
 
 
 def _signed(verifier: SignatureVerifier, body: bytes, headers) -> bool:

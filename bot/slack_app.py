@@ -73,10 +73,16 @@ class SlackBot:
                 self._busy(**kwargs)
         return submit
 
-    def _busy(self, client: WebClient, event: dict | None = None, body: dict | None = None, **_) -> None:
-        """The queue is full: say so where the answer would have gone (a /diagnose is refused at its ack)."""
+    def _busy(self, client: WebClient, event: dict | None = None, body: dict | None = None, respond=None,
+              command: dict | None = None, **_) -> None:
+        """The queue is full: say so where the answer would have gone. A /diagnose is mostly refused at its ack;
+        one that filled up between its ack and here is told through its response_url."""
         try:
-            if event is not None:
+            if command is not None and command.get("trigger_id", "") in self._denied:
+                return   # already told at its ack
+            if respond is not None:
+                respond(text=self.work.message(), response_type="ephemeral")
+            elif event is not None:
                 client.chat_postMessage(channel=event["channel"], thread_ts=event.get("thread_ts") or event["ts"],
                                         text=self.work.message())
             elif body is not None and body.get("type") == "message_action":

@@ -174,7 +174,7 @@ def _request(body: bytes, headers: dict[str, str]) -> bytes:
 
 def test_the_body_cap_holds_whatever_content_length_says(slack_bot):
     h = slack_bot()
-    big = 3 << 20   # claimed or real size over the 2 MiB cap: answered on the headers, the body is never read
+    big = 3 << 20   # claimed or real size over the 512 KiB cap: answered on the headers, the body is never read
     for length in ("-1", "abc", str(big)):
         reply = _raw(h.url, _request(b"x" * 1024, {"Content-Length": length, "Content-Type": "application/json"}))
         assert reply.split(b" ")[1] in (b"400", b"413"), (length, reply[:80])
