@@ -20,7 +20,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
-CORPUS := $(filter-out tests/corpus/slow.jsonl,$(wildcard tests/corpus/*.jsonl))
+CORPUS := $(wildcard tests/corpus/*.jsonl)
 
 eval: $(STAMP)
 	$(BIN)/triage eval $(CORPUS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from core import symptoms
 from core.models import Finding
 
 # The reasons the hang parser gives for a lagging rank, in Korean (matched on the English text).
@@ -130,7 +131,10 @@ _BUILDERS: dict[str, Callable[[Finding, dict], str]] = {
 def title(f: Finding) -> str:
     """The finding's title in Korean, from its facts; the English title when a fact it needs is missing."""
     build = _BUILDERS.get(f.symptom)
+    declared = symptoms.get(f.symptom)
     try:
-        return build(f, f.facts) if build else f.title
+        if build:
+            return build(f, f.facts)
+        return declared.title_ko_format.format(**f.facts) if declared and declared.title_ko_format else f.title
     except (KeyError, TypeError, ValueError):
         return f.title

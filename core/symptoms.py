@@ -33,6 +33,7 @@ class Symptom:
     causes: tuple[str, ...] = ()      # symptoms that can cause this one, most fundamental first
     host_facts: Mapping[str, str] = field(default_factory=dict)   # fact holding host names -> the host's role
     report: str = ""                  # HARDWARE, TRAINING, ROUTING or nothing special
+    title_ko_format: str = ""         # a Korean finding title from its facts ("{fact}"), when no builder has one
 
 
 _REGISTRY: tuple[Symptom, ...] = (
@@ -80,6 +81,9 @@ _REGISTRY: tuple[Symptom, ...] = (
     Symptom("moe_imbalance", "moe", "warning", 12, "MoE expert load imbalance", "MoE expert 부하 불균형",
             ("cold_experts", F.DROP_RATE, "expert_counts", "hot_experts", "imbalanced_observations",
              F.MAX_DEVIATION, "max_min_ratio", "observations"), report=ROUTING),
+    Symptom("slow_input", "slow", "warning", 13, "Training waits on input data", "입력 데이터를 기다리느라 느린 학습",
+            ("input_share_pct", "input_row", "profile_total_ms"),
+            title_ko_format="학습이 입력 데이터를 기다림: DataLoader가 프로파일 CPU 시간의 {input_share_pct}%를 차지"),
 )
 
 SYMPTOMS: Mapping[str, Symptom] = MappingProxyType({s.id: s for s in _REGISTRY})

@@ -1,18 +1,12 @@
-"""Parsers, one module per symptom family (the family stem names its playbook and runbook page too), listed
-explicitly. Each module exposes PARSERS, its Parser classes; collectors (no symptoms) live in parsers.collectors."""
-from parsers import convergence, efa, gpu, hangs, moe, nccl_errors, oom, versions
+"""Parsers, one module per symptom family: the registry (core.symptoms) lists the families, and the family stem
+names the module (`parsers/<family>.py`), its playbook and its runbook page. Each module exposes PARSERS, its Parser
+classes; collectors (no symptoms) live in parsers.collectors."""
+from importlib import import_module
+
+from core.symptoms import FAMILIES
 from parsers.collectors import COLLECTORS
 
-PARSERS = (
-    *oom.PARSERS,
-    *hangs.PARSERS,
-    *nccl_errors.PARSERS,
-    *efa.PARSERS,
-    *convergence.PARSERS,
-    *gpu.PARSERS,
-    *versions.PARSERS,
-    *moe.PARSERS,
-)
+PARSERS = tuple(cls for family in FAMILIES for cls in import_module(f"parsers.{family}").PARSERS)
 # What the scanner feeds, in a fixed order: the context collector, the parsers, the other collectors.
 READERS = (COLLECTORS[0], *PARSERS, *COLLECTORS[1:])
 

@@ -1,0 +1,60 @@
+"""The slow family: jobs that run, but slowly. slow_input: the step waits on its input pipeline, read from a
+torch.profiler `key_averages().table()` in which the DataLoader's `enumerate(DataLoader)#…__next__` row holds a large
+share of the profiled CPU time (the GPU idles meanwhile)."""
+from __future__ import annotations
+
+from core.models import Finding
+from parsers.base import Context, Hit, Parser, rx, search
+
+INPUT_BAD_PCT = 25.0   # a quarter of the step spent fetching data is a bottleneck worth the first look
+
+_HEADER = rx(r"^\s*Name\s+Self CPU %\s+Self CPU\s+CPU total %\s+CPU total\b")
+_DATALOADER_ROW = rx(r"^\s*(enumerate\(DataLoader\)\S*)\s+([\d.]+)%\s+\S+\s+([\d.]+)%\s+([\d.]+)(us|ms|s)\b")
+_TOTAL = rx(r"^Self CPU time total:\s*([\d.]+)(us|ms|s)\b")
+_TO_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+
+class InputParser(Parser):
+    name = "slow_input"
+    triggers = ("Self CPU %", "enumerate(DataLoader)", "Self CPU time total")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_table = False
+        self.share: float | None = None
+        self.row = ""
+        self.total_ms: float | None = None
+
+    def feed(self, hit: Hit) -> None:
+        t = hit.text
+        if search(_HEADER, t):
+            self.in_table = True
+            return
+        if not self.in_table:
+            return
+        m = search(_DATALOADER_ROW, t)
+        if m:
+            share = float(m.group(3))
+            if self.share is None or share > self.share:
+                self.share, self.row = share, m.group(1)
+                if share > INPUT_BAD_PCT:
+                    self.ev.add(hit.no, t)
+            return
+        m = search(_TOTAL, t)
+        if m:
+            self.total_ms = round(float(m.group(1)) * _TO_MS[m.group(2)], 3)
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        if self.share is None or self.share <= INPUT_BAD_PCT:
+            return []
+        facts = {"input_share_pct": self.share, "input_row": self.row}
+        if self.total_ms is not None:
+            facts["profile_total_ms"] = self.total_ms
+        title = (f"The step waits on input data: the DataLoader holds {self.share:g}% of the profiled CPU time "
+                 "while the GPU idles")
+        return [Finding(symptom="slow_input", rule="slow_input.profiler_dataloader", title=title,
+                        severity="warning", confidence=0.8, evidence=self.ev.items, facts=facts,
+                        first_line=self.ev.first())]
+
+
+PARSERS = (InputParser,)
