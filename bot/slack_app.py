@@ -20,6 +20,7 @@ from bot.settings import Settings
 from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
 from bot.workqueue import WorkQueue
 from core.ingest import UnusableInput
+from knowledge.evidence import asks_for
 from core.inputs import Joined
 from core.models import SYMPTOMS, Diagnosis
 
@@ -242,7 +243,9 @@ class SlackBot:
 
     def _question_blocks(self, question: str, lang: str) -> list[dict]:
         sections = self.triage.runbook.search(question)
-        blocks = kit.sections_blocks(question, sections, self.settings.runbook_url)
+        asks = asks_for(question)   # a failure described without a log: what would decide it comes first
+        blocks = kit.evidence_blocks(asks, self.settings.runbook_url)
+        blocks += kit.sections_blocks(question, sections, self.settings.runbook_url) if sections or not asks else []
         answer = self.triage.phraser.answer_question(question, sections, lang) if self.triage.phraser else None
         if answer:
             blocks = [kit.section(answer), kit.context(t(lang, "phrased").format(model=self.triage.phraser.cfg.label))] + blocks
@@ -312,7 +315,7 @@ class SlackBot:
             answered += 1
         if not answered:
             question = message_text(mention_text)
-            if question and self.triage.runbook.search(question):
+            if question and (asks_for(question) or self.triage.runbook.search(question)):
                 client.chat_postMessage(channel=channel, thread_ts=root, text="Runbook sections",
                                         blocks=self._question_blocks(question, lang))
             else:

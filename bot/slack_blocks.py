@@ -156,6 +156,16 @@ def fallback_text(d: Diagnosis) -> str:
     return _safe(f"Root cause: {d.findings[0].symptom}: {d.findings[0].title}", 300)
 
 
+def evidence_blocks(asks: list, runbook_url: str | None = None) -> list[dict[str, Any]]:
+    """What to run or paste so the next answer can name the cause, for a failure described without a log."""
+    if not asks:
+        return []
+    lines = [f"• `{esc(what)}` — {esc(why)}" for ask in asks for what, why in ask.items]
+    cites = sorted({c for ask in asks for c in ask.cite})
+    return [section(clip("*No log here decides it yet. Run or paste these, then ask again:*\n" + "\n".join(lines),
+                         MAX_SECTION - 10)), context(f"runbook: {cite_text(cites, runbook_url)}")]
+
+
 def sections_blocks(question: str, sections: list, runbook_url: str | None = None) -> list[dict[str, Any]]:
     if not sections:
         return [section(f"I found no runbook section for _{_safe(question, 200)}_. Paste a log and I will "

@@ -321,3 +321,25 @@ def test_steps_left_out_are_counted_and_a_failed_attachment_is_said(slack_bot):
     warn = h.fake.wait(lambda: [p for p in h.fake.called("chat.postMessage") if "could not be attached" in
                                 p.get("text", "")])
     assert warn[0]["thread_ts"] == "9.5"
+
+
+def test_a_failure_described_without_a_log_gets_the_commands_that_would_decide_it(slack_bot):
+    h = slack_bot()
+    h.slash("our 64-node job hangs at step 4000, nothing in the logs")
+    text = json.dumps(h.fake.wait(lambda: h.fake.responses)[0])
+    assert "No log here decides it yet" in text and "NCCL_DEBUG=INFO" in text and "TORCH_NCCL_TRACE_BUFFER_SIZE" in text
+    assert "hangs#flight-recorder" in text
+    h.slash("training got slow after we moved to p5, loss looks fine")
+    text = json.dumps(h.fake.wait(lambda: len(h.fake.responses) > 1 and h.fake.responses)[1])
+    assert "nvidia-smi dmon" in text and "all_reduce_perf" in text
+    h.slash("what does the weekly review cover?")       # a question, not a failure: no evidence block
+    text = json.dumps(h.fake.wait(lambda: len(h.fake.responses) > 2 and h.fake.responses)[2])
+    assert "No log here decides it yet" not in text
+
+
+def test_every_evidence_citation_is_a_runbook_section():
+    from knowledge.evidence import all_cites, asks_for
+    from knowledge.runbook import load
+    assert all_cites() <= set(load().sections)
+    assert [a.kind for a in asks_for("loss spikes to nan after 10k steps")] == ["loss"]
+    assert asks_for("thanks, that fixed it") == []
