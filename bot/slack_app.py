@@ -17,6 +17,7 @@ from bot.ratelimit import RateLimiter
 from bot.render import diagnosis_text
 from bot.service import Triage
 from bot.settings import Settings
+from bot.slack_calls import channels_of, react
 from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
 from bot.workqueue import WorkQueue
 from core.ingest import UnusableInput
@@ -263,7 +264,7 @@ class SlackBot:
         if message_text(event.get("text", "")).lower() in kit.HELP_WORDS:   # a bare mention triages the thread
             client.chat_postMessage(channel=channel, thread_ts=root, text=kit.USAGE)
             return
-        self._react(client, channel, ts, "eyes")
+        react(client, channel, ts, "eyes")
         try:
             replies = client.conversations_replies(channel=channel, ts=root, limit=200)
             bot_user = context.get("bot_user_id")
@@ -284,21 +285,13 @@ class SlackBot:
             else:
                 results = self._diagnose_inputs(inputs, meta, lang)
             self._reply_thread(client, channel, root, results, notes, event.get("text", ""), lang)
-            self._react(client, channel, ts, "eyes", remove=True)
-            self._react(client, channel, ts, "white_check_mark")
+            react(client, channel, ts, "eyes", remove=True)
+            react(client, channel, ts, "white_check_mark")
         except Exception as e:
             log.error("mention in %s failed: %s", channel, type(e).__name__)
-            self._react(client, channel, ts, "exclamation")
+            react(client, channel, ts, "exclamation")
             client.chat_postMessage(channel=channel, thread_ts=root,
                                     text=":warning: Triage failed on this thread; the error is in the bot's log.")
-
-    @staticmethod
-    def _react(client: WebClient, channel: str, ts: str, name: str, remove: bool = False) -> None:
-        """Reactions are decoration: a 429 or 5xx from them must never cost the answer."""
-        try:
-            (client.reactions_remove if remove else client.reactions_add)(channel=channel, timestamp=ts, name=name)
-        except Exception as e:   # SlackApiError, a timeout, a dropped connection
-            log.warning("reaction %s in %s not set: %s", name, channel, type(e).__name__)
 
     def _reply_thread(self, client: WebClient, channel: str, root: str, results, notes: list[str],
                       mention_text: str, lang: str) -> None:
@@ -386,16 +379,7 @@ class SlackBot:
         """Each person sees their own diagnoses and those of the channels they are in (as far as the bot can see),
         not the whole team's."""
         store, user = self.triage.store, event["user"]
-        viewer = (user, self._channels_of(client, user))
+        viewer = (user, channels_of(client, user))
         recent = store.recent(10, context.get("team_id"), viewer) if store else []
         counts = store.counts_since(7, context.get("team_id"), viewer) if store else {}
         client.views_publish(user_id=user, view=kit.home_view(recent, counts))
-
-    @staticmethod
-    def _channels_of(client: WebClient, user: str) -> list[str]:
-        try:
-            resp = client.users_conversations(user=user, types="public_channel,private_channel", limit=1000)
-            return [c["id"] for c in resp.get("channels", [])][:1000]
-        except Exception as e:   # no scope or Slack down: the person still sees their own diagnoses
-            log.warning("users.conversations for the home tab failed: %s", type(e).__name__)
-            return []
