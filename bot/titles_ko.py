@@ -82,7 +82,8 @@ def _timeout(f: Finding, x: dict) -> str:
 def _tcp(f: Finding, x: dict) -> str:
     ifaces = f" ({', '.join(x['socket_interfaces'])})" if x.get("socket_interfaces") else ""
     why = set(x.get("expected_because", []))
-    cause = ("aws-ofi-nccl 초기화 실패" if "ofi_init_failed" in why
+    cause = ("InfiniBand가 꺼져 있음(NCCL_IB_DISABLE=1), IPoIB 소켓 사용" if "ib_disabled" in why
+             else "aws-ofi-nccl 초기화 실패" if "ofi_init_failed" in why
              else "쓸 수 있는 InfiniBand 장치 없음" if why & {"ib_no_device", "ib_open_failed"}
              else "EFA provider 없음" if "efa_provider" in why else "RDMA 전송을 잡지 못함")
     return f"NCCL이 EFA/InfiniBand 대신 TCP 소켓{ifaces}으로 데이터를 보냄: {cause}"

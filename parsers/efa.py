@@ -113,6 +113,7 @@ _EXPECT = (
     ("ib_no_device", rx(r"NET/IB ?: No device found")),
     ("ib_open_failed", rx(r"ibv_open_device failed|NET/IB ?: Unable to open device")),
     ("ib_plugin", rx(r"P2P plugin IBext|Loaded net plugin|Plugin Path|NCCL_IB_DISABLE set by environment to 0")),
+    ("ib_disabled", rx(r"NCCL_IB_DISABLE set by environment to 1")),   # counts only with an IPoIB socket (below)
     ("efa_platform", rx(r"Running on [Pp]\d\w* platform|FI_PROVIDER|provider_filter|NET/OFI")),
 )
 _PROVIDER = rx(r"Couldn't find any optimal provider|fi_getinfo(?: failed)?:? ?-61|Could not find a valid provider"
@@ -200,6 +201,8 @@ class TransportParser(Parser):
             reasons.add("multi_node")
         if ctx.world_size and ctx.world_size > 8:
             reasons.add("multi_node")
+        if "ib_disabled" in reasons and not any(i.startswith("ib") for i in self.ifaces):
+            reasons.discard("ib_disabled")   # IB switched off on a host without IB: sockets are all there is
         if not reasons - {"ib_no_device"}:
             return None   # NCCL probes IB on every host and says "No device found" where there is none: not a fallback
         f: dict[str, Any] = {"expected_because": sorted(reasons)}
@@ -209,7 +212,8 @@ class TransportParser(Parser):
             f["socket_hosts"] = sorted(only_socket)
         if self.rdma_hosts:
             f["rdma_hosts"] = sorted(self.rdma_hosts)
-        cause = ("aws-ofi-nccl failed to initialise" if "ofi_init_failed" in reasons
+        cause = ("InfiniBand was switched off (NCCL_IB_DISABLE=1), so data goes over IPoIB sockets"
+                 if "ib_disabled" in reasons else "aws-ofi-nccl failed to initialise" if "ofi_init_failed" in reasons
                  else "no InfiniBand device was usable" if reasons & {"ib_no_device", "ib_open_failed"}
                  else "no EFA provider" if "efa_provider" in reasons else "no RDMA transport was picked up")
         where = f" ({', '.join(sorted(self.ifaces))})" if self.ifaces else ""
