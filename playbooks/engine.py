@@ -116,6 +116,7 @@ def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], b
              "symptom": finding.symptom, "version_rules": V.evaluate(versions)}
     steps: list[Step] = []
     seen: set[str] = set()
+    given: set[tuple] = set()   # changes an earlier step of this answer already recommends
     for book in books:
         pb = book.playbook
         symptoms = pb["symptom"] if isinstance(pb["symptom"], list) else [pb["symptom"]]
@@ -125,11 +126,23 @@ def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], b
             if spec["id"] in seen or not _all(spec["when"], scope):
                 continue
             seen.add(spec["id"])
-            changes = [_change(c, scope) for c in spec["changes"] if _all(c["when"], scope)]
+            changes = [c for c in (_change(c, scope) for c in spec["changes"] if _all(c["when"], scope))
+                       if _useful(c, given)]
             text = spec["text_ko"] if lang == "ko" and spec["text_ko"] else spec["text"]
             steps.append(Step(id=spec["id"], owner=spec["owner"], text=_fill(text, scope), changes=changes,
                               cite=list(spec["cite"])))
     return steps[:MAX_STEPS]
+
+
+def _useful(c: Change, given: set[tuple]) -> bool:
+    """Never a no-op (the log shows the value already is the target) nor the same change twice in one answer."""
+    if c.kind != "command" and c.from_ is not None and str(c.from_).lower() == str(c.to).lower():
+        return False
+    key = (c.kind, c.name, str(c.to))
+    if key in given:
+        return False
+    given.add(key)
+    return True
 
 
 def lookup(scope: dict[str, Any], path: str) -> Any:

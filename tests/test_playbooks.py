@@ -253,3 +253,26 @@ def test_the_runbook_shows_the_version_rules_the_code_applies(tmp_path):
     md.write_text(md.read_text().replace("libfabric < 1.17", "libfabric < 1.16"))
     assert sync_generated(str(copy)) is True and runbook_block() in md.read_text()
     assert sync_generated(str(copy)) is False
+
+
+def test_no_change_is_a_no_op_or_given_twice_in_one_answer(run):
+    """The log shows NCCL_BUFFSIZE already at the value the OOM-in-NCCL step would set: that change is left out;
+    and no (kind, name, value) appears in two steps of one finding."""
+    text = (FIXTURES / "cuda_oom" / "nccl_oom.log").read_text() if (FIXTURES / "cuda_oom" / "nccl_oom.log").exists() \
+        else "init.cc:218 NCCL WARN Cuda failure 'out of memory'\n"
+    d = run("NCCL_BUFFSIZE=4194304\n" + text)
+    changes = [(c.kind, c.name, c.from_, c.to) for s in d.findings[0].steps for c in s.changes]
+    assert not any(name == "NCCL_BUFFSIZE" and str(f) == str(t) for _, name, f, t in changes)
+    for path in sorted(FIXTURES.rglob("*.log")):
+        for f in run(path.read_bytes()).findings:
+            keys = [(c.kind, c.name, str(c.to)) for s in f.steps for c in s.changes]
+            assert len(keys) == len(set(keys)), (path, keys)
+            assert not any(c.from_ is not None and str(c.from_) == str(c.to) for s in f.steps for c in s.changes
+                           if c.kind != "command"), path
+
+
+def test_buffsize_of_4_or_8_mib_is_left_alone_and_another_value_is_not(run):
+    log = "NCCL_BUFFSIZE={}\nNET/OFI Unable to register memory (type = 2) for device 4. RC: -22, Error: Invalid argument\n"
+    steps = {v: [s.id for s in run(log.format(v)).findings[0].steps] for v in ("4194304", "8388608", "33554432")}
+    assert "efa_env.buffsize" not in steps["4194304"] and "efa_env.buffsize" not in steps["8388608"]
+    assert "efa_env.buffsize" in steps["33554432"]
