@@ -33,6 +33,7 @@ FLAG_TO_KEY = {
     "num-experts": "num_experts", "recompute-activations": "recompute_activations",
     "checkpoint-activations": "recompute_activations", "fp16": "fp16", "bf16": "bf16",
     "distributed-timeout-minutes": "distributed_timeout_minutes", "expert-model-parallel-size": "expert_model_parallel_size",
+    "use-distributed-optimizer": "use_distributed_optimizer", "recompute-granularity": "recompute_granularity",
 }
 # DeepSpeed config path -> key
 CONFIG_TO_KEY = {"zero_optimization.stage": "zero_stage", "train_micro_batch_size_per_gpu": "micro_batch_size",

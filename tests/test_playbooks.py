@@ -276,3 +276,28 @@ def test_buffsize_of_4_or_8_mib_is_left_alone_and_another_value_is_not(run):
     steps = {v: [s.id for s in run(log.format(v)).findings[0].steps] for v in ("4194304", "8388608", "33554432")}
     assert "efa_env.buffsize" not in steps["4194304"] and "efa_env.buffsize" not in steps["8388608"]
     assert "efa_env.buffsize" in steps["33554432"]
+
+
+MEGATRON_OOM = ("------------------------ arguments ------------------------\n"
+                "  micro_batch_size ................................ 2\n"
+                "  recompute_granularity ........................... {gran}\n"
+                "  use_distributed_optimizer ....................... {distopt}\n"
+                "-------------------- end of arguments ---------------------\n"
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "
+                "79.11 GiB of which 1.20 GiB is free. Including non-PyTorch memory, this process has 77.90 GiB memory "
+                "in use. Of the allocated memory 76.10 GiB is allocated by PyTorch, and 0.31 GiB is reserved by "
+                "PyTorch but unallocated.\n")
+
+
+def _changes_of(d):
+    return {(c.name, c.from_, c.to) for s in d.findings[0].steps for c in s.changes}
+
+
+def test_megatron_gets_its_next_rung_not_deepspeed_advice(run):
+    d = run(MEGATRON_OOM.format(gran="selective", distopt="False"))
+    got = _changes_of(d)
+    assert ("--recompute-granularity", "selective", "full") in got and ("--recompute-activations", None, True) not in got
+    assert ("--use-distributed-optimizer", None, True) in got
+    assert not any(name.startswith("zero_optimization") for name, _, _ in got)
+    got = _changes_of(run(MEGATRON_OOM.format(gran="None", distopt="True")))   # already sharded, no selective
+    assert not any(name.startswith("zero_optimization") or name == "--use-distributed-optimizer" for name, _, _ in got)
