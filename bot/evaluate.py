@@ -89,16 +89,12 @@ def sync_readme(root=None) -> bool:
     """Rewrite the README's corpus table from a fresh `triage eval` of the gated corpus; True when it changed."""
     from pathlib import Path
 
+    from core.generated import replace_marked
     from engine import Engine
     from playbooks.engine import load
     root = Path(root) if root else Path(__file__).resolve().parent.parent
     engine, sc = Engine(load()), Score()
     for path in project_corpus(root):
         evaluate(path.read_text(encoding="utf-8").splitlines(), engine, sc)
-    readme = root / "README.md"
-    text = readme.read_text(encoding="utf-8")
-    start, end = text.index(TABLE_BEGIN), text.index(TABLE_END) + len(TABLE_END)
-    new = text[:start] + TABLE_BEGIN + "\n" + markdown_table(sc) + TABLE_END + text[end:]
-    if new != text:
-        readme.write_text(new, encoding="utf-8")
-    return new != text
+    return replace_marked(root / "README.md", TABLE_BEGIN, TABLE_END,
+                          TABLE_BEGIN + "\n" + markdown_table(sc) + TABLE_END)

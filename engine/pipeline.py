@@ -9,6 +9,7 @@ from core.ingest import Source
 from core.inputs import Joined
 from core.models import Diagnosis, Finding, InputInfo
 from core.redact import mask_secrets
+from core.versions import REPORTED
 from core.templates import unexplained
 from engine.causes import order
 from parsers import READERS
@@ -16,7 +17,6 @@ from parsers.base import Context, Parser
 from parsers.scan import Scanner
 from playbooks import engine as playbooks
 
-VERSION_KEYS = ("nccl", "cuda", "torch", "aws_ofi_nccl", "libfabric", "efa_installer", "driver")
 
 
 def _masked(v):
@@ -78,7 +78,7 @@ class Engine:
     def _assemble(self, source: Source | Joined, ctx: Context, findings: list[Finding], lines: int,
                   lang: str) -> Diagnosis:
         unclaimed = unexplained(ctx.error_lines, (e.text for f in findings for e in f.evidence))
-        versions = {k: ctx.versions.get(k) for k in VERSION_KEYS}
+        versions = {k: ctx.versions.get(k) for k in REPORTED}
         job = dict(ctx.job)
         if ctx.world_size:
             job.setdefault("world_size", ctx.world_size)

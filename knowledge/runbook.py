@@ -101,11 +101,6 @@ def load(directory: str | None = None) -> Runbook:
 
 def sync_generated(directory: str | None = None) -> bool:
     """Rewrite the generated blocks of the runbook from their data (`make runbook`); True when a file changed."""
+    from core.generated import replace_marked
     from core.versions import BEGIN, END, runbook_block
-    path = (Path(directory) if directory else HERE) / "efa.md"
-    text = path.read_text(encoding="utf-8")
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    new = text[:start] + runbook_block() + text[end:]
-    if new != text:
-        path.write_text(new, encoding="utf-8")
-    return new != text
+    return replace_marked((Path(directory) if directory else HERE) / "efa.md", BEGIN, END, runbook_block())

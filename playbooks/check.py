@@ -10,8 +10,8 @@ from core import job as J
 from core import symptoms as S
 from core import versions as V
 
-_PLACEHOLDER = re.compile(r"\{([a-z_]+(?:\.[A-Za-z0-9_]+)+)\}")
-_COMPUTE_OPS = ("ref", "halve", "double", "div", "add", "mul")
+PLACEHOLDER = re.compile(r"\{([a-z_]+(?:\.[A-Za-z0-9_]+)+)\}")   # {facts.x} in a step's text or a change's name
+COMPUTE_OPS = ("ref", "halve", "double", "div", "add", "mul")          # the operations of a computed value
 _PLAIN = ("rule", "symptom")
 
 
@@ -67,15 +67,15 @@ def _paths(pb: dict[str, Any], where: str) -> Iterator[tuple[str, str]]:
         at = f"{where}.steps[{j}]"
         yield from ((f"{at}.when[{k}].path", c["path"]) for k, c in enumerate(step["when"]))
         for key in ("text", "text_ko"):
-            yield from ((f"{at}.{key}", p) for p in _PLACEHOLDER.findall(step[key] or ""))
+            yield from ((f"{at}.{key}", p) for p in PLACEHOLDER.findall(step[key] or ""))
         for k, ch in enumerate(step["changes"]):
             cat = f"{at}.changes[{k}]"
             yield from ((f"{cat}.when[{n}].path", c["path"]) for n, c in enumerate(ch["when"]))
-            yield from ((f"{cat}.name", p) for p in _PLACEHOLDER.findall(ch["name"]))
+            yield from ((f"{cat}.name", p) for p in PLACEHOLDER.findall(ch["name"]))
             for key in ("to", "from_"):
                 value = ch[key]
                 if isinstance(value, dict):
-                    op = next(o for o in _COMPUTE_OPS if value[o])
+                    op = next(o for o in COMPUTE_OPS if value[o])
                     yield f"{cat}.{'from' if key == 'from_' else key}.{op}", value[op]
 
 

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 from core import job as J
 from core import versions as V
 from core.models import Change, Finding, Step
-from playbooks.check import Checker
+from playbooks.check import COMPUTE_OPS, PLACEHOLDER, Checker
 
 BUILTIN = Path(__file__).parent
 MAX_STEPS = 12
@@ -187,7 +187,7 @@ def _value(spec: Any, scope: dict[str, Any]) -> Any:
     """A scalar as it is; a computed value (a dict in the validated form) from the scope."""
     if not isinstance(spec, dict):
         return spec
-    op = next(k for k in ("ref", "halve", "double", "div", "add", "mul") if spec[k])
+    op = next(k for k in COMPUTE_OPS if spec[k])
     v = lookup(scope, spec[op])
     if v is None or (op != "ref" and not isinstance(v, (int, float))):
         return spec["default"]
@@ -214,7 +214,6 @@ def _change(c: dict[str, Any], scope: dict[str, Any]) -> Change:
                   from_=_value(c["from_"], scope), note=c["note"])
 
 
-_PLACEHOLDER = re.compile(r"\{([a-z_]+(?:\.[A-Za-z0-9_]+)+)\}")
 
 
 def _fill(text: str, scope: dict[str, Any]) -> str:
@@ -225,4 +224,4 @@ def _fill(text: str, scope: dict[str, Any]) -> str:
         if isinstance(v, list):
             return ", ".join(str(x) for x in v)
         return str(v)
-    return _PLACEHOLDER.sub(sub, text)
+    return PLACEHOLDER.sub(sub, text)

@@ -5,6 +5,8 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from playbooks.check import COMPUTE_OPS
+
 Scalar = Union[str, int, float, bool]
 Op = Literal["exists", "missing", "eq", "ne", "lt", "le", "gt", "ge", "in", "contains", "nonempty"]
 
@@ -40,7 +42,7 @@ class Compute(_M):
 
     @model_validator(mode="after")
     def _one_op(self):
-        ops = [k for k in ("ref", "halve", "double", "div", "add", "mul") if getattr(self, k)]
+        ops = [k for k in COMPUTE_OPS if getattr(self, k)]
         if len(ops) != 1:
             raise ValueError("a computed value names exactly one of ref/halve/double/div/add/mul")
         if ops[0] in ("div", "add", "mul") and self.by is None:
