@@ -2,6 +2,7 @@
 playbooks). Everything it needs comes in as arguments; it reads no environment."""
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
@@ -16,6 +17,8 @@ from parsers import READERS
 from parsers.base import Context, Parser
 from parsers.scan import Scanner
 from playbooks import engine as playbooks
+
+log = logging.getLogger("triage.engine")
 
 
 
@@ -35,6 +38,16 @@ def _mask(f: Finding) -> None:
     for e in f.evidence:
         e.text = mask_secrets(e.text)
     f.facts = _masked(f.facts)
+
+
+def _guarded(failed: dict[str, str], name: str, call: Callable, *args):
+    """A reader's collect/finish; a bug in one reader is recorded in `failed` instead of ending the diagnosis."""
+    try:
+        return call(*args)
+    except Exception as e:
+        failed[name] = f"{type(e).__name__}: {e}"[:200]
+        log.warning("reader %s failed and was skipped: %s", name, failed[name])
+        return None
 
 
 @dataclass(frozen=True)
@@ -67,12 +80,16 @@ class Engine:
             if progress is not None:
                 progress(source.bytes_read, sum(1 for p in parsers if p.seen()))
         scanner.close()
+        failed = scanner.failed
         ctx = Context()
         for r in readers:
-            if not isinstance(r, Parser):
-                r.collect(ctx)
-        findings = order([f for p in parsers for f in p.finish(ctx)])
+            if not isinstance(r, Parser) and r.name not in failed:
+                _guarded(failed, r.name, r.collect, ctx)
+        found = [_guarded(failed, p.name, p.finish, ctx) or [] for p in parsers if p.name not in failed]
+        findings = order([f for fs in found for f in fs])
         lines = scanner.lines + (1 if last and last != b"\n" else 0)
+        for name in failed:   # say so: the answer may lack what that reader would have found
+            source.notes.append(f"the {name} reader failed on this input and was skipped; please report it")
         return self._assemble(source, ctx, findings, lines, lang)
 
     def _assemble(self, source: Source | Joined, ctx: Context, findings: list[Finding], lines: int,

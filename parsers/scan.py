@@ -2,11 +2,14 @@
 attach the context the claiming parsers asked for, and feed them to those parsers in line order."""
 from __future__ import annotations
 
+import logging
 import re
 from collections import deque
 from typing import Sequence
 
 from parsers.base import Hit, Reader
+
+log = logging.getLogger("triage.scan")
 
 MAX_TEXT = 8192
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]")
@@ -133,9 +136,21 @@ class _Owners(dict):
         return who
 
 
+class _Off:
+    """Stands in for a reader that raised: it reads nothing more (the others go on)."""
+    before = after = 0
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def feed(self, hit: Hit) -> None:
+        pass
+
+
 class Scanner:
     def __init__(self, parsers: Sequence[Reader], backend: str = "auto"):
-        self.parsers = parsers
+        self.parsers = list(parsers)
+        self.failed: dict[str, str] = {}   # reader name -> the exception it raised (a bug: it is switched off)
         self.backend_name = backend
         self.bulk: list[int] = []          # parsers reading their dominant line format chunk-wide
         self._decided = False
@@ -168,11 +183,15 @@ class Scanner:
         for i in self.bulk:
             parser, no, at = self.parsers[i], start_no, 0
             feed = parser.feed_bulk
-            for m in parser.bulk.finditer(buf):
-                start = m.start()
-                no += count(b"\n", at, start)
-                at = start
-                feed(no + 1, m)
+            try:
+                for m in parser.bulk.finditer(buf):
+                    start = m.start()
+                    no += count(b"\n", at, start)
+                    at = start
+                    feed(no + 1, m)
+            except Exception as e:   # one reader's bug must not cost the whole diagnosis
+                self._fail(i, e)
+        self.bulk = [i for i in self.bulk if not isinstance(self.parsers[i], _Off)]
 
     def _claimants(self, found: list[bytes]) -> tuple[int, ...]:
         if len(found) == 1:
@@ -181,7 +200,16 @@ class Scanner:
 
     def _dispatch(self, hit: Hit, who: tuple[int, ...]) -> None:
         for i in who:
-            self.parsers[i].feed(hit)
+            try:
+                self.parsers[i].feed(hit)
+            except Exception as e:   # one reader's bug must not cost the whole diagnosis
+                self._fail(i, e)
+
+    def _fail(self, i: int, e: Exception) -> None:
+        name = self.parsers[i].name
+        self.failed[name] = f"{type(e).__name__}: {e}"[:200]
+        log.warning("reader %s failed and is switched off for this input: %s", name, self.failed[name])
+        self.parsers[i] = _Off(name)
 
     def feed(self, buf: bytes) -> None:
         start_no = self.lines
