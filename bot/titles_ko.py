@@ -29,7 +29,8 @@ _NCCL_RULES = {
     "ib_setup": "InfiniBand/RoCE queue pair 설정 실패", "shm": "NCCL 공유 메모리(/dev/shm) 생성 실패",
     "duplicate_gpu": "두 rank가 같은 GPU에 배치됨", "collective_mismatch": "rank들이 collective를 서로 다르게 호출함",
     "remote": "피어 프로세스가 종료됐거나 네트워크 연결이 끊김", "cuda_failure": "NCCL 안의 CUDA 호출 실패",
-    "code": "NCCL이 오류를 반환함",
+    "code": "NCCL이 오류를 반환함", "topology": "rank들이 일관된 ring/토폴로지를 만들지 못함",
+    "warn": "NCCL이 실패를 경고함",
 }
 _VERSION_RULES = {"driver_too_old": "NVIDIA 드라이버가 사용 중인 CUDA 런타임보다 오래됨",
                   "forward_compat": "지원되지 않는 환경에서 CUDA forward-compatibility 라이브러리가 로드됨",
@@ -95,6 +96,8 @@ def _loss_nan(f: Finding, x: dict) -> str:
         return f"fp16 loss scale이 {x.get('min_loss_scale', '최소값')}까지 떨어짐 (overflow {x.get('overflow_skips', 0)}회)"
     if rule == "grad_norm":
         return f"그래디언트 norm이 NaN/Inf (NaN 지점 {x.get('grad_norm_nan_points', 0)}개)"
+    if rule == "loss_term":
+        return f"loss 항목이 NaN/Inf가 됨 ({x.get('loss_term', 'loss')})"
     where = f" (iteration {x['first_nan_iteration']})" if "first_nan_iteration" in x else ""
     return f"학습 loss가 NaN/Inf가 됨{where}" + (" — 이후에도 계속 NaN" if x.get("persists") else "")
 
@@ -106,6 +109,8 @@ def _spike(f: Finding, x: dict) -> str:
 
 
 def _xid(f: Finding, x: dict) -> str:
+    if not x.get("xids") and "init_failed" in x.get("conditions", []):
+        return f"드라이버가 GPU를 초기화하지 못함 (RmInitAdapter 실패); {_ACTIONS['drain']}"
     ids = ", ".join(str(e.get("xid")) for e in x.get("xids", []) if isinstance(e, dict)) or "?"
     hosts = f" ({', '.join(x['hosts'][:3])})" if x.get("hosts") else ""
     return f"GPU Xid {ids}{hosts}; {_ACTIONS.get(x.get('action'), '하드웨어 점검이 필요합니다')}"
@@ -115,14 +120,14 @@ _BUILDERS: dict[str, Callable[[Finding, dict], str]] = {
     "cuda_oom": _oom, "nccl_timeout": _timeout, "tcp_fallback": _tcp, "loss_nan": _loss_nan, "loss_spike": _spike,
     "gpu_xid": _xid,
     "nccl_error": lambda f, x: _NCCL_RULES.get(f.rule.split(".")[-1], "NCCL 오류")
-    + (f" ({x.get('error_code') or x.get('efa_error') or x.get('cuda_error')})"
-       if x.get("error_code") or x.get("efa_error") or x.get("cuda_error") else ""),
+    + (f" ({x.get('error_code') or x.get('efa_error') or x.get('cuda_error') or x.get('nccl_warning')})"
+       if x.get("error_code") or x.get("efa_error") or x.get("cuda_error") or x.get("nccl_warning") else ""),
     "efa_mr_registration": lambda f, x: f"EFA가 {x.get('mem_type', '')} 메모리를 RDMA용으로 등록하지 못함"
     + (f" (장치 {x['device']}" if "device" in x else " (") + (f", RC {x['rc']}" if "rc" in x else "") + ")",
     "efa_provider_missing": lambda f, x: "libfabric에 쓸 수 있는 EFA provider가 없어 aws-ofi-nccl이 EFA를 쓰지 못함",
     "fork_enomem": lambda f, x: "fork()가 메모리를 할당하지 못함 (DataLoader 워커 시작 실패)",
     "nvlink_inactive": lambda f, x: f"NVLink 링크 {x.get('down_count', '')}개가 비활성" if x.get("down_count")
-    else "NVLink 진단(dcgmi diag) 실패",
+    else "NVLink 진단(dcgmi diag) 실패" if x.get("dcgm_diag_failed") else "NVLink 패브릭이 올라오지 않음 (fabric manager / NVLS)",
     "version_mismatch": lambda f, x: _VERSION_RULES.get(f.rule.split(".")[-1], "버전 불일치"),
     "moe_imbalance": lambda f, x: "MoE expert 라우팅 불균형" + (f": 최대 편차 {x['max_deviation']}" if "max_deviation" in x else "")
     + (f", token drop rate {x['drop_rate']}" if "drop_rate" in x else ""),

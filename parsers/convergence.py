@@ -17,7 +17,7 @@ from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
 from parsers.loss_series import Series, SpikeThresholds, line_of as _line
 
 SCALE_COLLAPSE = 16.0
-GNAN_RUN = 3   # NaN grad norms in a row, up to the end of the log, beside a finite loss
+GNAN_RUN = 3   # NaN grad norms in a row, up to the end of the log, beside a finite loss (fp16 skips come in ones and twos)
 
 _NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
 _LOSS = rx(r"(?i)(?<![\w.])(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss)(?:[ _]value|_step|_epoch)?['\"]?\s*(?:[:=]\s*|\s+)['\"]?"
@@ -25,6 +25,11 @@ _LOSS = rx(r"(?i)(?<![\w.])(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss)(?:[ _]valu
 _GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*['\"]?" + _NUM)   # transformers 5 quotes its values
 _ITER = rx(r"iteration\s+(\d+)\s*/|\bstep['\"]?[:=\s]\s*(\d+)|global_step['\"]?[=:\s]+(\d+)|\|\s*(\d+)/\d+ \["
            r"|\bepoch[:\s]\s*(\d+)\b|'epoch':\s*'?([\d.]+)")
+# Any loss term (train/backbone_loss, loss_cls, 'Loss is nan') read as NaN/Inf, whatever the format; keys that hold
+# a bound rather than a value (best_loss: inf at start-up, loss_scale) are not a loss.
+_TERM_NAN = rx(r"(?i)(?:([\w./-]*loss[\w./-]*)['\"]?\s*[:=]\s*['\"]?(?:tensor\()?|\bloss\s+(?:is|became|becomes)\s+)"
+               r"(nan|-nan|[-+]?inf(?:inity)?)\b")
+_BOUND_KEY = ("best", "min", "max", "prev", "scale", "lowest")
 _NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)")
 _SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to)\s*([\d.]+)")
 _SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum")
@@ -134,7 +139,10 @@ class LossParser(Parser):
         self.grad_nan = 0
         self.gnan_points = 0     # NaN grad norms on lines whose loss is finite
         self.gnan_run = 0        # how many of them in a row, up to the last grad norm seen
+        self.gnan_zero = 0       # ... of which the loss reads exactly 0 (the model has collapsed, not skipped a step)
         self.gnan_ev = EvidenceBox()
+        self.term_nan = 0        # NaN/Inf loss terms outside the main loss series
+        self.term_key = ""
 
     def _series(self, key: str) -> Series:
         s = self.series.get(key)
@@ -167,6 +175,8 @@ class LossParser(Parser):
             self.nan_ev.add(hit.no, hit.text)
         lm = search(_LOSS, t)
         gm = search(_GNORM, t)
+        if not (lm and not math.isfinite(_f(lm.group(1)))):
+            self._term_nan(hit, t)
         if not lm and not gm:
             return
         key = str(rank_of(t) or "")
@@ -183,11 +193,19 @@ class LossParser(Parser):
                 self.nan_ev.add(hit.no, hit.text)
             elif gm:   # a finite loss beside a NaN grad norm: one early fp16 skip is normal, a run of them is not
                 self.gnan_run = self.gnan_run + 1 if not math.isfinite(g) else 0
+                self.gnan_zero = self.gnan_zero + 1 if self.gnan_run and v == 0 else 0
                 if self.gnan_run:
                     self.gnan_points += 1
                     self.gnan_ev.add(hit.no, hit.text)
         elif gm and not math.isfinite(g):
             self.grad_nan += 1
+            self.nan_ev.add(hit.no, hit.text)
+
+    def _term_nan(self, hit: Hit, t: str) -> None:
+        m = search(_TERM_NAN, t)
+        if m and not any(b in (m.group(1) or "").lower() for b in _BOUND_KEY):
+            self.term_nan += 1
+            self.term_key = self.term_key or (m.group(1) or "loss")
             self.nan_ev.add(hit.no, hit.text)
 
     def _megatron(self, hit, fields: tuple, t: str = "", key: str | None = None) -> None:
@@ -227,7 +245,7 @@ class LossParser(Parser):
 
     def finish(self, ctx: Context) -> list[Finding]:
         out: list[Finding] = []
-        nan = self._nan_finding()
+        nan = self._nan_finding(ctx)
         if nan:
             out.append(nan)
         spike = self._spike_finding()
@@ -235,7 +253,13 @@ class LossParser(Parser):
             out.append(spike)
         return out
 
-    def _nan_finding(self) -> Finding | None:
+    def _gnan_counts(self, ctx: Context) -> bool:
+        """A run of NaN grad norms beside a finite loss is a failure when it is long, when the loss collapses to 0
+        with it, or under bf16 (no loss scaling, so no step is ever skipped on purpose)."""
+        return self.gnan_run >= GNAN_RUN or (self.gnan_run >= 2 and self.gnan_zero > 0) or \
+            (self.gnan_run > 0 and ctx.job.get("bf16") is True)
+
+    def _nan_finding(self, ctx: Context) -> Finding | None:
         f: dict[str, Any] = {}
         nans = [s for s in self.series.values() if s.first_nan]
         if nans:
@@ -253,15 +277,21 @@ class LossParser(Parser):
                 title += f" (last finite loss {first['last_finite']:.4g})"
             if f["persists"]:
                 title += " and stays NaN"
-        elif self.grad_nan or self.nan_iters or self.gnan_run >= GNAN_RUN:
+        elif self.grad_nan or self.nan_iters or self._gnan_counts(ctx):
             rule, title = "loss_nan.grad_norm", "Gradient norm is NaN/Inf"
             f["grad_norm_nan_points"] = self.grad_nan + self.gnan_points
-            if self.gnan_run >= GNAN_RUN:
-                title += f" on the last {self.gnan_run} logged steps although the loss is finite"
+            if self._gnan_counts(ctx):
+                title += f" on the last {self.gnan_run} logged steps" + (
+                    ", and the loss has collapsed to 0" if self.gnan_zero else " although the loss is finite")
                 self.nan_ev.items.extend(self.gnan_ev.items)
             if self.nan_iters:
                 f["nan_iterations"] = self.nan_iters
                 title = f"Megatron counts {self.nan_iters} NaN iteration(s)" if not self.grad_nan else title
+        elif self.term_nan:
+            rule = "loss_nan.loss_term"
+            f["nan_points"] = self.term_nan
+            f["loss_term"] = self.term_key
+            title = f"A loss term became NaN/Inf ({self.term_key})"
         elif self.scale_min_hit or (self.min_scale is not None and self.min_scale <= SCALE_COLLAPSE):
             rule = "loss_nan.scale_collapse"
             f["overflow_skips"] = self.overflows

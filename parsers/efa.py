@@ -20,6 +20,8 @@ _OFI = rx(r"(?:(\w+):\d+ )?(?:NCCL WARN )?NET/OFI Unable to register memory \(ty
           r"(?: RC: (-?\d+)(?:, Error: ([^\n]+))?)?")
 _LIBFABRIC = rx(r"Unable to register MR(?: of (\d+) bytes)?: ([^,\n]+)")
 _FI_MR = rx(r"fi_mr_reg(?:attr)? failed(?:[^\n]*?(?:rail|device) (\d+))?")
+_KERNEL = rx(r"infiniband (\w+): Failed to (?:register mr \[(-?\d+)\]|process command REG_MR[^\n]*? err (-?\d+))")
+_ERRNO = {-12: "Cannot allocate memory", -14: "Bad address", -22: "Invalid argument"}
 _DMABUF = rx(r"dmabuf support status: 1|hmem_cuda_use_dmabuf=1|FI_HMEM_CUDA_USE_DMABUF=1")
 _MEM_TYPES = {1: "host", 2: "cuda"}
 
@@ -27,7 +29,7 @@ _MEM_TYPES = {1: "host", 2: "cuda"}
 class EfaMrParser(Parser):
     name = "efa_mr_registration"
     triggers = ("Unable to register memory", "Unable to register MR", "fi_mr_reg", "dmabuf support status",
-                "use_dmabuf")
+                "use_dmabuf", "Failed to register mr", "command REG_MR")
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,6 +55,13 @@ class EfaMrParser(Parser):
                 f.setdefault("rc", int(m.group(4)))
             if m.group(5):
                 f.setdefault("error", m.group(5).strip())
+        elif search(_KERNEL, t):
+            k = search(_KERNEL, t)
+            rc = int(k.group(2) or k.group(3))
+            f.setdefault("function", f"{k.group(1)} kernel driver (REG_MR)")
+            f.setdefault("rc", rc)
+            if rc in _ERRNO:
+                f.setdefault("error", _ERRNO[rc])
         else:
             m = search(_LIBFABRIC, t)
             fi = None if m else search(_FI_MR, t)
@@ -86,7 +95,7 @@ class EfaMrParser(Parser):
         err = f.get("error", "")
         if f.get("rc") == -22 or "Invalid argument" in err:
             f["cause"] = "cuda_sync_memops"
-        elif f.get("rc") == 12 or "Cannot allocate memory" in err:
+        elif f.get("rc") in (12, -12) or "Cannot allocate memory" in err:
             f["cause"] = "enomem"
         elif "Bad address" in err and self.dmabuf:
             f["cause"] = "dmabuf"
@@ -117,8 +126,11 @@ _EXPECT = (
     ("efa_platform", rx(r"Running on [Pp]\d\w* platform|FI_PROVIDER|provider_filter|NET/OFI")),
 )
 _PROVIDER = rx(r"Couldn't find any optimal provider|fi_getinfo(?: failed)?:? ?-61|Could not find a valid provider"
-               r"|fi_getinfo: provider efa output empty list"
-               r"|No providers? (?:found|available)|OFI NCCL failure|Unable to find (?:a |any )?provider")
+               r"|fi_getinfo: provider efa output empty list|No eligible providers were found"
+               r"|No providers? (?:found|available)|OFI NCCL failure|Unable to find (?:a |any )?provider"
+               r"|Unable to find a protocol that worked|Failed to initiali[sz]e (?:rdma|sendrecv) protocol")
+# aws-ofi-nccl running over libfabric's TCP (or UDP/sockets) provider: the plugin is loaded, but the wire is TCP
+_OFI_TCP = rx(r"(?i)NET/OFI Selected provider is (tcp|sockets|udp)\b")
 _EFA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200")
 
 
@@ -127,7 +139,8 @@ class TransportParser(Parser):
     triggers = ("NET/Socket", "Using network", "Using internal Network", "Selected Provider", "Selected provider",
                 "via NET/Socket", "NET/IB", "NET/OFI", "ibv_open_device", "P2P plugin", "Loaded net plugin", "Plugin Path",
                 "NCCL_IB_DISABLE", "platform", "FI_PROVIDER", "provider_filter", "optimal provider", "fi_getinfo",
-                "valid provider", "output empty list", "No provider", "OFI NCCL failure", "find a provider", "find any provider")
+                "valid provider", "output empty list", "No provider", "OFI NCCL failure", "find a provider", "find any provider",
+                "eligible providers", "protocol that worked", "e rdma protocol", "e sendrecv protocol")
 
     def __init__(self) -> None:
         self.sock_ev = EvidenceBox()
@@ -139,20 +152,30 @@ class TransportParser(Parser):
         self.rdma_lines = 0
         self.ifaces: set[str] = set()
         self.expect: set[str] = set()
+        self.ofi_tcp = 0   # lines where aws-ofi-nccl picked a TCP-type libfabric provider
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
         h = host_of(t)
-        m = search(_SOCKET, t)
+        o = search(_OFI_TCP, t)
+        if o:
+            self.ofi_tcp += 1
+            self.ifaces.add(f"libfabric {o.group(1).lower()} provider")
+            m = o
+        else:
+            m = search(_SOCKET, t)
         if m:
             self.socket_lines += 1
             self.sock_ev.add(hit.no, t)
-            if m.group(1):
+            if m.group(1) and not o:
                 self.ifaces.add(m.group(1))
             if h:
                 self.socket_hosts.add(h)
             return
         if search(_RDMA, t):
+            if self.ofi_tcp and "ibfabric" in t:
+                return   # the plugin's channels ride the TCP provider picked above
+
             self.rdma_lines += 1
             if h:
                 self.rdma_hosts.add(h)
@@ -205,6 +228,8 @@ class TransportParser(Parser):
             reasons.discard("ib_disabled")   # IB switched off on a host without IB: sockets are all there is
         if not reasons - {"ib_no_device"}:
             return None   # NCCL probes IB on every host and says "No device found" where there is none: not a fallback
+        if self.ofi_tcp == self.socket_lines and not reasons & {"multi_node", "efa_instance"}:
+            return None   # the plugin picked TCP on one node without EFA: nothing crosses the network anyway
         f: dict[str, Any] = {"expected_because": sorted(reasons)}
         if self.ifaces:
             f["socket_interfaces"] = sorted(self.ifaces)
@@ -212,7 +237,8 @@ class TransportParser(Parser):
             f["socket_hosts"] = sorted(only_socket)
         if self.rdma_hosts:
             f["rdma_hosts"] = sorted(self.rdma_hosts)
-        cause = ("InfiniBand was switched off (NCCL_IB_DISABLE=1), so data goes over IPoIB sockets"
+        cause = ("aws-ofi-nccl runs on libfabric's TCP provider because no EFA provider was usable"
+                 if self.ofi_tcp else "InfiniBand was switched off (NCCL_IB_DISABLE=1), so data goes over IPoIB sockets"
                  if "ib_disabled" in reasons else "aws-ofi-nccl failed to initialise" if "ofi_init_failed" in reasons
                  else "no InfiniBand device was usable" if reasons & {"ib_no_device", "ib_open_failed"}
                  else "no EFA provider" if "efa_provider" in reasons else "no RDMA transport was picked up")

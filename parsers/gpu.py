@@ -60,6 +60,7 @@ _XID = rx(r"NVRM: Xid \((PCI:[^)]*)\): (\d+)(?:, pid=(\d+|'<unknown>'))?(?:, nam
 _HOST = rx(r"^(?:\w{3}\s+\d+\s+[\d:]+\s+|\S+T[\d:.+-]+\s+)(\S+) kernel:")
 _ECC_RT = rx(r"uncorrectable ECC error encountered|ECC error detected.*uncorrectable")
 _LOST = rx(r"GPU is lost|fallen off the bus")
+_INIT = rx(r"RmInitAdapter failed|rm_init_adapter failed|Cannot attach gpu")
 _SMI = rx(r"^\s*(Pending|Remapping Failure Occurred|DRAM Uncorrectable|SRAM Uncorrectable|Pending Page Blacklist)"
           r"\s*:\s*(\S+)")
 
@@ -67,7 +68,8 @@ _SMI = rx(r"^\s*(Pending|Remapping Failure Occurred|DRAM Uncorrectable|SRAM Unco
 class XidParser(Parser):
     name = "gpu_xid"
     triggers = ("NVRM: Xid", "uncorrectable ECC error", "GPU is lost", "fallen off the bus", "Remapped Rows",
-                "Remapping Failure Occurred", "Uncorrectable", "Pending Page Blacklist")
+                "Remapping Failure Occurred", "Uncorrectable", "Pending Page Blacklist", "RmInitAdapter", "rm_init_adapter",
+                "Cannot attach gpu")
     after = 4
 
     def __init__(self) -> None:
@@ -101,6 +103,10 @@ class XidParser(Parser):
             self.flags.add("gpu_lost")
             self.ev.add(hit.no, t)
             return
+        if search(_INIT, t):
+            self.flags.add("init_failed")
+            self.ev.add(hit.no, t)
+            return
         lines = [(hit.no, t)] + ([(hit.no + 1 + i, a) for i, a in enumerate(hit.after)] if "Remapped Rows" in t else [])
         for no, line in lines:
             s = search(_SMI, line)
@@ -126,7 +132,7 @@ class XidParser(Parser):
                 table.append({**rec, "meaning": meaning, "action": action})
                 actions.append(action)
             f["xids"] = table
-        flag_action = {"row_remap_failure": "drain", "ecc_uncorrectable": "drain", "gpu_lost": "drain",
+        flag_action = {"row_remap_failure": "drain", "ecc_uncorrectable": "drain", "gpu_lost": "drain", "init_failed": "drain",
                        "row_remap_pending": "reset", "page_retirement_pending": "reset"}
         actions += [flag_action[fl] for fl in self.flags]
         if self.flags:
@@ -145,6 +151,8 @@ class XidParser(Parser):
             rule = f"gpu_xid.xid{worst['xid']}"
         elif "gpu_lost" in self.flags:
             title, rule = "A GPU fell off the bus / is lost to the driver", "gpu_xid.gpu_lost"
+        elif "init_failed" in self.flags:
+            title, rule = "The driver cannot initialise a GPU (RmInitAdapter failed)", "gpu_xid.init_failed"
         elif "ecc_uncorrectable" in self.flags:
             title, rule = "Uncorrectable ECC error in GPU memory", "gpu_xid.ecc"
         elif "row_remap_failure" in self.flags:
@@ -165,13 +173,15 @@ _SMI_GPU = rx(r"^GPU (\d+): (.+?)(?: \(UUID|$)")
 _SMI_LINK = rx(r"^\s*Link (\d+): (<inactive>|0 GB/s|Inactive|Down)")
 _DCGM_GPU = rx(r"^\s*(gpuId|physicalId) (\d+):")
 _DCGM_STATES = rx(r"^\s*([UDX_](?:\s+[UDX_])*)\s*$")
+_FABRIC = rx(r"(?i)fabric ?manager (?:found but )?not (?:active|running)|fabric_manager_active\W*:\W*false"
+             r"|all links are inactive|Failed to bind NVLink SHARP|nv-fabricmanager[^\n]*(?:fail|error)")
 _DIAG = rx(r"\|\s*(NVLink|PCIe)[^|]*\|\s*Fail\b|(\d+) (?:active )?NvLinks?.*expected (\d+)"
            r"|NVLink (?:link )?\d+ (?:is )?(?:down|inactive)", flags=0)
 
 
 class NvlinkParser(Parser):
     name = "nvlink_inactive"
-    triggers = ("GPU ", "Link ", "gpuId", "physicalId", "NVLink", "NvLink", "nvlink")
+    triggers = ("GPU ", "Link ", "gpuId", "physicalId", "NVLink", "NvLink", "nvlink", "abric", "abricmanager")
     after = 1
 
     def __init__(self) -> None:
@@ -180,6 +190,7 @@ class NvlinkParser(Parser):
         self.down: dict[str, list[int]] = {}
         self.total_links: dict[str, int] = {}
         self.diag_fail = False
+        self.fabric = False
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
@@ -204,6 +215,10 @@ class NvlinkParser(Parser):
                     self.down[name] = downs
                     self.ev.add(hit.no + 1, f"{name}: {hit.after[0].strip()}")
             return
+        if search(_FABRIC, t):
+            self.fabric = True
+            self.ev.add(hit.no, t)
+            return
         if search(_DIAG, t):
             m2 = search(_DIAG, t)
             if m2.group(2) and m2.group(3) and int(m2.group(2)) >= int(m2.group(3)):
@@ -212,18 +227,22 @@ class NvlinkParser(Parser):
             self.ev.add(hit.no, t)
 
     def finish(self, ctx: Context) -> list[Finding]:
-        if not self.down and not self.diag_fail:
+        if not self.down and not self.diag_fail and not self.fabric:
             return []
         f: dict[str, Any] = {"links_down": {k: v for k, v in sorted(self.down.items())}}
         n = sum(len(v) for v in self.down.values())
         f["down_count"] = n
         if self.diag_fail:
             f["dcgm_diag_failed"] = True
+        if self.fabric:
+            f["fabric_down"] = True
         gpus = sorted(self.down)
         title = (f"{n} NVLink link(s) down on {', '.join(gpus[:4])}{' and more' if len(gpus) > 4 else ''}"
-                 if n else "DCGM diagnostics report an NVLink failure")
+                 if n else "DCGM diagnostics report an NVLink failure" if self.diag_fail
+                 else "The NVLink fabric is not up (fabric manager / NVLink SHARP)")
         title += ": GPU-to-GPU traffic inside the node is degraded or broken"
-        return [Finding(symptom="nvlink_inactive", rule="nvlink_inactive.links_down" if n else "nvlink_inactive.dcgm_diag",
+        return [Finding(symptom="nvlink_inactive", rule="nvlink_inactive.links_down" if n else "nvlink_inactive.dcgm_diag" if self.diag_fail
+                        else "nvlink_inactive.fabric",
                         title=title, severity="critical", confidence=0.9, evidence=self.ev.items, facts=f,
                         first_line=self.ev.first())]
 

@@ -32,6 +32,9 @@ def line_of(x):
     return x
 
 
+BLOWUP = 10.0   # a point this many times the whole (short) history, and at least 1.0 above it, is a spike too
+
+
 class Series:
     """One loss curve (per rank prefix), checked for spikes as points arrive; memory stays bounded."""
 
@@ -73,13 +76,20 @@ class Series:
                         if v > b["peak"]:  # same episode: keep its onset, follow its peak
                             b["peak"], b["peak_iteration"] = v, it
                     elif b is None or v / med > b["ratio"]:
-                        self.best = {"ratio": v / med, "med": med, "value": v, "line": no, "iteration": it,
-                                     "gnorm": g, "gnorm_before": median(self.ghist) if self.ghist else None,
-                                     "evidence": [(n, line_of(x)) for n, x in (*self.recent, (no, text))],
-                                     "later_n": 0, "later_min": math.inf,
-                                     "peak": v, "peak_iteration": it, "last": v}
+                        self._record(v, med, g, it, no, text)
+        elif self.hist and len(self.hist) < self.min_history and b is None:
+            top = max(self.hist)
+            if top > 0 and v >= BLOWUP * top and v - top >= 1.0:   # a short paste: one or two points, then a blow-up
+                self.spikes += 1
+                self._record(v, median(self.hist), g, it, no, text)
         self.hist.append(v)
         if math.isfinite(g):
             self.ghist.append(g)
         self.last_finite = v
         self.recent.append((no, text))
+
+    def _record(self, v: float, med: float, g: float, it: float, no: int, text: str) -> None:
+        self.best = {"ratio": v / med, "med": med, "value": v, "line": no, "iteration": it,
+                     "gnorm": g, "gnorm_before": median(self.ghist) if self.ghist else None,
+                     "evidence": [(n, line_of(x)) for n, x in (*self.recent, (no, text))],
+                     "later_n": 0, "later_min": math.inf, "peak": v, "peak_iteration": it, "last": v}

@@ -1,5 +1,9 @@
 """nccl_error: NCCL failures that are not timeouts: result codes, IB completion and QP errors, peers that vanished,
-/dev/shm exhaustion, two ranks on one GPU."""
+/dev/shm exhaustion, two ranks on one GPU, rings or topologies the ranks disagree on.
+
+Two layers: the precise rules below (rich facts), then a broad one — any `NCCL WARN` line that reports an error,
+a failure or something not found — ranked last with a lower confidence, so a message this table does not know yet
+still gets an answer."""
 from __future__ import annotations
 
 from typing import Any
@@ -15,9 +19,10 @@ _RULES = (
     ("efa_av", rx(r"NET/OFI (?:Unable to insert remote address into address vector|Couldn't open AV)[^\n]*")),
     ("efa_endpoint", rx(r"NET/OFI (?:Creating new endpoint|Couldn't (?:open|create|bind|enable) (?:endpoint|CQ|domain)|"
                         r"Unable to (?:open|create) (?:domain|endpoint))[^\n]*")),
-    ("ib_completion", rx(r"Got completion from peer (\S+?)(?:<\d+>)? with (?:status=|error )(\d+).*?vendor err (\d+)")),
+    ("ib_completion", rx(r"Got completion (?:from peer (\S+?)(?:<\d+>)? with (?:status=|error )|with error )(\d+)"
+                         r".*?vendor err (\d+)")),
     ("ib_setup", rx(r"Call to (ibv_(?!open_device|get_device_list|query_device|fork_init)\w+) failed(?: with error)? ?(.*)$")),
-    ("shm", rx(r"Error while creating shared memory segment|/dev/shm\S*.*(?:No space left|failed)|shm_open.*failed"
+    ("shm", rx(r"Error while (?:creating|attaching to) shared memory segment|/dev/shm\S*.*(?:No space left|failed)|shm_open.*failed"
                r"|unable to allocate shared memory")),
     ("duplicate_gpu", rx(r"Duplicate GPU detected")),
     ("collective_mismatch", rx(r"[Mm]essage truncated\s*:?\s*(?:receiving|received) (\d+) bytes instead of (\d+)"
@@ -26,11 +31,19 @@ _RULES = (
                                r"|[Mm]essage truncated\s*:?\s*$")),
     ("remote", rx(r"remote process exited or there was a network error|ncclRemoteError|Connection reset by peer"
                   r"|Connection closed by remote peer|Connection refused")),
+    ("topology", rx(r"ring \d+ does not loop back to start[^\n]*|Attribute \S+ of node \S+ not found"
+                    r"|Could not find a path for pattern[^\n]*")),
     ("cuda_failure", rx(r"Cuda failure '([^']+)'")),
     ("code", rx(r"(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)"
                 r"|NCCL error in: \S+, (unhandled system error|internal error|unhandled cuda error|invalid usage"
-                r"|invalid argument)")),
+                r"|invalid argument)|Test NCCL failure \S+ '([^'/]+?)\s*(?:/|')")),
+    ("warn", rx(r"NCCL WARN (.*\b(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)?|[Uu]nable|not found|[Ii]nvalid)\b.*)")),
 )
+# NCCL WARN lines the broad rule leaves alone: optional libraries and plugins that are absent on purpose, and the
+# EFA plugin's and the IB transport's start-up messages, which the efa family reads (a network plugin or device
+# that fails to open makes NCCL fall back to sockets: tcp_fallback, not this)
+_NOT_MINE = rx(r"libibverbs|NET/Plugin|libnccl-net|libnccl-tuner|libnccl-profiler|net_fastsocket|NUMA|"
+               r"Could not find real path|Failed to find ncclCollNet|NET/OFI|ibv_open_device|Unable to open device")
 _IB_STATUS = {4: "local protection error (memory registration or GPUDirect RDMA)", 5: "work request flushed",
               10: "remote access error", 12: "transport retry counter exceeded (link or peer down)",
               13: "RNR retry counter exceeded (peer not receiving)"}
@@ -45,8 +58,10 @@ _HEADLINE = {
     "duplicate_gpu": "Two ranks were placed on the same GPU",
     "collective_mismatch": "The ranks disagree on a collective: one sent more data than its peer expected",
     "remote": "A peer process exited or the network dropped the connection",
+    "topology": "NCCL could not build a consistent ring/topology across the ranks",
     "cuda_failure": "A CUDA call inside NCCL failed",
     "code": "NCCL returned an error",
+    "warn": "NCCL warned of a failure",
 }
 
 
@@ -60,7 +75,8 @@ class NcclErrorParser(Parser):
                 "mismatch between collectives", "remote process exited", "ncclRemoteError", "Connection reset by peer",
                 "Connection closed by remote peer", "Connection refused", "Cuda failure", "ncclSystemError",
                 "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument",
-                "NCCL error in:", "unable to allocate shared memory")
+                "NCCL error in:", "unable to allocate shared memory", "Got completion with error",
+                "does not loop back", "of node", "Could not find a path", "Test NCCL failure", "NCCL WARN")
 
     def __init__(self) -> None:
         super().__init__()
@@ -79,6 +95,8 @@ class NcclErrorParser(Parser):
                 return  # cuda_oom / version_mismatch own these
             if rule == "remote" and "NCCL" not in t and "nccl" not in t and "socket" not in t.lower():
                 return  # a reset TCP connection elsewhere in the app is not an NCCL failure
+            if rule == "warn" and search(_NOT_MINE, t):
+                return
             if rule == "collective_mismatch" and "NCCL" not in t and "bytes instead of" not in t \
                     and "between collectives" not in t:
                 return  # some other program's truncated message
@@ -106,7 +124,8 @@ class NcclErrorParser(Parser):
         elif rule == "efa_endpoint":
             f.setdefault("efa_error", m.group(0)[len("NET/OFI "):][:160])
         elif rule == "ib_completion":
-            f.setdefault("peer", m.group(1))
+            if m.group(1):
+                f.setdefault("peer", m.group(1))
             f.setdefault("ib_status", int(m.group(2)))
             f.setdefault("vendor_err", int(m.group(3)))
         elif rule == "ib_setup":
@@ -116,7 +135,9 @@ class NcclErrorParser(Parser):
         elif rule == "cuda_failure":
             f.setdefault("cuda_error", m.group(1))
         elif rule == "code":
-            f.setdefault("error_code", m.group(1) or m.group(2))
+            f.setdefault("error_code", m.group(1) or m.group(2) or m.group(3))
+        elif rule in ("topology", "warn"):
+            f.setdefault("nccl_warning", (m.group(1) if rule == "warn" else m.group(0)).strip()[:160])
         elif rule == "remote":
             f.setdefault("error_code", "ncclRemoteError")
         elif rule == "collective_mismatch" and (m.group(1) or m.group(3)):
@@ -139,7 +160,8 @@ class NcclErrorParser(Parser):
         title = _HEADLINE[rule]
         if rule == "ib_completion":
             meaning = _IB_STATUS.get(f["ib_status"], "see the status table")
-            title += f" from peer {f['peer']}: status {f['ib_status']} ({meaning}), vendor err {f['vendor_err']}"
+            peer = f" from peer {f['peer']}" if f.get("peer") else ""
+            title += f"{peer}: status {f['ib_status']} ({meaning}), vendor err {f['vendor_err']}"
             f["ib_status_meaning"] = meaning
         elif rule == "ib_setup":
             title += f": {f['ibv_call']} failed" + (f" ({f['ibv_error']})" if f.get("ibv_error") else "")
@@ -147,6 +169,8 @@ class NcclErrorParser(Parser):
             title += f": {f['efa_error']}" + (f" (RC {f['rc']})" if "rc" in f else "")
         elif rule == "cuda_failure":
             title += f": {f['cuda_error']}"
+        elif rule in ("topology", "warn"):
+            title += f": {f['nccl_warning']}"
         elif rule == "collective_mismatch" and "message_bytes" in f:
             title += f" ({f['message_bytes']} bytes sent, {f['posted_bytes']} expected)"
         elif f.get("error_code"):
@@ -154,7 +178,7 @@ class NcclErrorParser(Parser):
         if self.hosts and len(self.hosts) <= 3:
             title += f" on {', '.join(sorted(self.hosts))}"
         return [Finding(symptom="nccl_error", rule=f"nccl_error.{rule}", title=title, severity="critical",
-                        confidence=0.9, evidence=self.ev.items, facts=f, first_line=self.ev.first())]
+                        confidence=0.6 if rule == "warn" else 0.9, evidence=self.ev.items, facts=f, first_line=self.ev.first())]
 
 
 PARSERS = (NcclErrorParser,)

@@ -8,7 +8,8 @@ from parsers.base import Context, Hit, Parser, findall, rank_of, ranks_text, rx,
 
 _SIZE = r"([\d.]+)\s*([KMGT]i?B|bytes)"
 _KINDS = (
-    ("allocator", rx(r"OutOfMemoryError|CUDA out of memory\.|Error: CUDA out of memory")),
+    ("allocator", rx(r"OutOfMemoryError|CUDA out of memory\.|Error: CUDA out of memory"
+                     r"|^\W*Tried to allocate [\d.]+ ?[KMGT]i?B \(GPU \d+; [\d.]+ ?[KMGT]i?B total capacity")),
     ("nccl", rx(r"Cuda failure '?out of memory")),
     ("runtime", rx(r"CUDA error: out of memory|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL.*out of memory"
                    r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
@@ -59,7 +60,7 @@ def _gib(m, i: int) -> float | None:
 
 class OomParser(Parser):
     name = "cuda_oom"
-    triggers = ("out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "CUDA_ERROR_OUT_OF_MEMORY",
+    triggers = ("out of memory", "Tried to allocate", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "CUDA_ERROR_OUT_OF_MEMORY",
                 "cudaErrorMemoryAllocation")
     before = 12
     after = 12

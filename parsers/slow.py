@@ -1,6 +1,10 @@
-"""The slow family: jobs that run, but slowly. slow_input: the step waits on its input pipeline, read from a
-torch.profiler `key_averages().table()` in which the DataLoader's `enumerate(DataLoader)#…__next__` row holds a large
-share of the profiled CPU time (the GPU idles meanwhile)."""
+"""The slow family: jobs that run, but slowly. slow_input: the step waits on its input pipeline, read from
+
+- a torch.profiler `key_averages().table()` in which the DataLoader's `enumerate(DataLoader)#…__next__` row holds a
+  large share of the profiled CPU time (the GPU idles meanwhile), or
+- per-step timings that name the data time: mmengine/timm `time: T … data_time: D` (D is part of T), or a loop's
+  own `load_data_time: D, train_step_time: S` (D comes on top of S). Stalls every few steps count, so the share
+  is total data time over total step time across the lines read."""
 from __future__ import annotations
 
 from core.models import Finding
@@ -57,4 +61,53 @@ class InputParser(Parser):
                         first_line=self.ev.first())]
 
 
-PARSERS = (InputParser,)
+# (data key, step key, whether the step time already includes the data time)
+_TIMING = rx(r"(?i)\b(load_data_time|data_load_time|data_time|data)\s*[:=]\s*(\d+(?:\.\d+)?)")
+_STEP = rx(r"(?i)(?<![\w.])(train_step_time|step_time|compute_time|batch_time|iter_time|time)\s*[:=]\s*(\d+(?:\.\d+)?)")
+MIN_STEPS = 3
+
+
+class StepTimingParser(Parser):
+    name = "slow_input_steps"
+    triggers = ("data_time", "load_data_time", "data_load_time", "data: ")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data = 0.0
+        self.total = 0.0
+        self.steps = 0
+        self.worst: tuple[float, int, str] | None = None
+
+    def feed(self, hit: Hit) -> None:
+        t = hit.text
+        d = search(_TIMING, t)
+        st = search(_STEP, t) if d else None
+        if not st or st.start() == d.start():
+            return
+        dv, sv = float(d.group(2)), float(st.group(2))
+        inclusive = st.group(1).lower() in ("time", "batch_time", "iter_time")
+        total = sv if inclusive else sv + dv
+        if total <= 0 or dv > total:
+            return
+        self.steps += 1
+        self.data += dv
+        self.total += total
+        if self.worst is None or dv / total > self.worst[0]:
+            self.worst = (dv / total, hit.no, t)
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        if self.steps < MIN_STEPS or not self.total:
+            return []
+        share = round(100 * self.data / self.total, 1)
+        if share <= INPUT_BAD_PCT:
+            return []
+        self.ev.add(self.worst[1], self.worst[2])
+        facts = {"input_share_pct": share, "steps_read": self.steps,
+                 "worst_step_input_pct": round(100 * self.worst[0], 1)}
+        title = (f"The step waits on input data: data loading takes {share:g}% of the step time over "
+                 f"{self.steps} logged steps")
+        return [Finding(symptom="slow_input", rule="slow_input.step_timing", title=title, severity="warning",
+                        confidence=0.75, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
+
+
+PARSERS = (InputParser, StepTimingParser)

@@ -16,7 +16,7 @@ _RULES = (
      "CUDA forward-compatibility libraries were loaded on hardware or a driver that does not support them"),
     ("driver_mismatch", rx(r"Error 803|unsupported display driver / cuda driver combination"
                            r"|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"), "The CUDA user-space and kernel drivers disagree"),
-    ("nccl_abi", rx(r"undefined symbol: (nccl\w+)|version `(NCCL_[\d.]+)' not found"),
+    ("nccl_abi", rx(r"undefined(?: |%20)symbol:(?: |%20)(nccl\w+)|version `(NCCL_[\d.]+)' not found"),
      "The NCCL library loaded at run time is older than the one the program was built against"),
     ("cuda_build", rx(r"detected CUDA version \(([\d.]+)\) mismatches the version that was used to compile PyTorch "
                       r"\(([\d.]+)\)"), "The CUDA toolkit differs from the one PyTorch was built with"),
@@ -26,7 +26,7 @@ _RULES = (
 class VersionParser(Parser):
     name = "version_mismatch"
     triggers = ("insufficient for CUDA runtime", "driver on your system is too old", "forward compatibility was attempted",
-                "Error 804", "Error 803", "not supported in the installed CUDA driver", "undefined symbol: nccl",
+                "Error 804", "Error 803", "not supported in the installed CUDA driver", "undefined symbol: nccl", "symbol:%20nccl",
                 "version `NCCL", "mismatches the version that was used to compile", "Driver/library version mismatch",
                 "unsupported display driver", "cudaErrorInsufficientDriver", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH")
 
