@@ -20,8 +20,8 @@ SCALE_COLLAPSE = 16.0
 GNAN_RUN = 3   # NaN grad norms in a row, up to the end of the log, beside a finite loss (fp16 skips come in ones and twos)
 
 _NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
-_LOSS = rx(r"(?i)(?<![\w.])(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss)(?:[ _]value|_step|_epoch)?['\"]?\s*(?:[:=]\s*|\s+)['\"]?"
-           + _NUM + r"(?![\w.])")
+_LOSS = rx(r"(?i)(?<![\w.])(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss(?:/train(?:/total)?)?)(?:[ _]value|_step|_epoch)?['\"]?"
+           r"\s*(?:[:=]\s*|\s+(?:\d+\s+(?=[\d.]+\s))?)['\"]?" + _NUM + r"(?![\w.])")   # "Train loss <iter> <value>" too
 _GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*['\"]?" + _NUM)   # transformers 5 quotes its values
 _ITER = rx(r"iteration\s+(\d+)\s*/|\bstep['\"]?[:=\s]\s*(\d+)|global_step['\"]?[=:\s]+(\d+)|\|\s*(\d+)/\d+ \["
            r"|\bepoch[:\s]\s*(\d+)\b|'epoch':\s*'?([\d.]+)")
@@ -322,7 +322,8 @@ class LossParser(Parser):
             f.update(_position("peak", b["peak_iteration"]))
         f["recovered"] = b["later_n"] > 0 and b["later_min"] <= med * 1.2
         where = _where(f, "") or f" at line {f['line']}"
-        title = f"Loss spike{where}: {med:.4g} → {v:.4g} ({b['ratio']:.1f}× the recent median)"
+        jump = f"{b['ratio']:.1f}× the recent median" if med > 0 else f"{v - med:.3g} above the recent level"
+        title = f"Loss spike{where}: {med:.4g} → {v:.4g} ({jump})"
         if "peak_loss" in f:
             title += f", peaking at {b['peak']:.4g}"
         if "grad_norm_at_spike" in f:

@@ -21,6 +21,9 @@ _OFI = rx(r"(?:(\w+):\d+ )?(?:NCCL WARN )?NET/OFI Unable to register memory \(ty
 _LIBFABRIC = rx(r"Unable to register MR(?: of (\d+) bytes)?: ([^,\n]+)")
 _FI_MR = rx(r"fi_mr_reg(?:attr)? failed(?:[^\n]*?(?:rail|device) (\d+))?")
 _KERNEL = rx(r"infiniband (\w+): Failed to (?:register mr \[(-?\d+)\]|process command REG_MR[^\n]*? err (-?\d+))")
+# the EFA provider aborting because it cannot register (locked) memory for its own receive buffers
+_RXBUF = rx(r"EFA internal error: \((\d+)\) Failure to post internal receive buffers")
+_LF_ERROR = rx(r"Libfabric error: \((-?\d+)\) ([^\n]+)")
 _ERRNO = {-12: "Cannot allocate memory", -14: "Bad address", -22: "Invalid argument"}
 _DMABUF = rx(r"dmabuf support status: 1|hmem_cuda_use_dmabuf=1|FI_HMEM_CUDA_USE_DMABUF=1")
 _MEM_TYPES = {1: "host", 2: "cuda"}
@@ -29,7 +32,8 @@ _MEM_TYPES = {1: "host", 2: "cuda"}
 class EfaMrParser(Parser):
     name = "efa_mr_registration"
     triggers = ("Unable to register memory", "Unable to register MR", "fi_mr_reg", "dmabuf support status",
-                "use_dmabuf", "Failed to register mr", "command REG_MR")
+                "use_dmabuf", "Failed to register mr", "command REG_MR", "Failure to post internal receive buffers")
+    before = 3
 
     def __init__(self) -> None:
         super().__init__()
@@ -55,6 +59,13 @@ class EfaMrParser(Parser):
                 f.setdefault("rc", int(m.group(4)))
             if m.group(5):
                 f.setdefault("error", m.group(5).strip())
+        elif search(_RXBUF, t):
+            f.setdefault("function", "EFA provider receive buffers")
+            for line in hit.before:
+                e = search(_LF_ERROR, line)
+                if e:
+                    f.setdefault("rc", int(e.group(1)))
+                    f.setdefault("error", e.group(2).strip())
         elif search(_KERNEL, t):
             k = search(_KERNEL, t)
             rc = int(k.group(2) or k.group(3))
@@ -125,12 +136,13 @@ _EXPECT = (
     ("ib_disabled", rx(r"NCCL_IB_DISABLE set by environment to 1")),   # counts only with an IPoIB socket (below)
     ("efa_platform", rx(r"Running on [Pp]\d\w* platform|FI_PROVIDER|provider_filter|NET/OFI")),
 )
-_PROVIDER = rx(r"Couldn't find any optimal provider|fi_getinfo(?: failed)?:? ?-61|Could not find a valid provider"
+_PROVIDER = rx(r"Couldn't find any optimal provider|fi_getinfo(?: failed)?:? ?-61|fi_getinfo\(\) call failed: No data available|Could not find a valid provider"
                r"|fi_getinfo: provider efa output empty list|No eligible providers were found"
                r"|No providers? (?:found|available)|OFI NCCL failure|Unable to find (?:a |any )?provider"
                r"|Unable to find a protocol that worked|Failed to initiali[sz]e (?:rdma|sendrecv) protocol")
 # aws-ofi-nccl running over libfabric's TCP (or UDP/sockets) provider: the plugin is loaded, but the wire is TCP
 _OFI_TCP = rx(r"(?i)NET/OFI Selected provider is (tcp|sockets|udp)\b")
+_NNODES = rx(r"\bnNodes (\d+)\b")
 _EFA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200")
 
 
@@ -140,7 +152,7 @@ class TransportParser(Parser):
                 "via NET/Socket", "NET/IB", "NET/OFI", "ibv_open_device", "P2P plugin", "Loaded net plugin", "Plugin Path",
                 "NCCL_IB_DISABLE", "platform", "FI_PROVIDER", "provider_filter", "optimal provider", "fi_getinfo",
                 "valid provider", "output empty list", "No provider", "OFI NCCL failure", "find a provider", "find any provider",
-                "eligible providers", "protocol that worked", "e rdma protocol", "e sendrecv protocol")
+                "eligible providers", "protocol that worked", "e rdma protocol", "e sendrecv protocol", "nNodes")
 
     def __init__(self) -> None:
         self.sock_ev = EvidenceBox()
@@ -153,10 +165,17 @@ class TransportParser(Parser):
         self.ifaces: set[str] = set()
         self.expect: set[str] = set()
         self.ofi_tcp = 0   # lines where aws-ofi-nccl picked a TCP-type libfabric provider
+        self.net_channels = 0   # "via NET/Socket" channel lines: NCCL only uses a NET transport between nodes
+        self.nodes: int | None = None
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
         h = host_of(t)
+        n = search(_NNODES, t)
+        if n:
+            self.nodes = max(self.nodes or 0, int(n.group(1)))
+        if "via NET/Socket" in t:
+            self.net_channels += 1
         o = search(_OFI_TCP, t)
         if o:
             self.ofi_tcp += 1
@@ -220,12 +239,15 @@ class TransportParser(Parser):
         family = str(ctx.job.get("instance_family", ""))
         if family in _EFA_FAMILIES:
             reasons.add("efa_instance")
-        if len(ctx.hosts | self.socket_hosts) > 1:
+        if len(ctx.hosts | self.socket_hosts) > 1 or self.net_channels or (self.nodes or 0) > 1:
             reasons.add("multi_node")
         if ctx.world_size and ctx.world_size > 8:
             reasons.add("multi_node")
+        if self.nodes == 1 and not reasons & {"multi_node", "efa_instance"}:
+            return None   # every rank on one host: NCCL moves data over P2P/SHM there, the socket is bootstrap only
         if "ib_disabled" in reasons and not any(i.startswith("ib") for i in self.ifaces):
-            reasons.discard("ib_disabled")   # IB switched off on a host without IB: sockets are all there is
+            # IB switched off on purpose with sockets on Ethernet: an IB plugin in the image is no sign it was wanted
+            reasons -= {"ib_disabled", "ib_plugin"}
         if not reasons - {"ib_no_device"}:
             return None   # NCCL probes IB on every host and says "No device found" where there is none: not a fallback
         if self.ofi_tcp == self.socket_lines and not reasons & {"multi_node", "efa_instance"}:

@@ -59,7 +59,8 @@ _ACTION_RANK = {"app": 0, "reset": 1, "drain": 2}
 _XID = rx(r"NVRM: Xid \((PCI:[^)]*)\): (\d+)(?:, pid=(\d+|'<unknown>'))?(?:, name=([^,]+))?(?:, (.*))?")
 _HOST = rx(r"^(?:\w{3}\s+\d+\s+[\d:]+\s+|\S+T[\d:.+-]+\s+)(\S+) kernel:")
 _ECC_RT = rx(r"uncorrectable ECC error encountered|ECC error detected.*uncorrectable")
-_LOST = rx(r"GPU is lost|fallen off the bus")
+_LOST = rx(r"GPU is lost|fallen off the bus|Unable to determine the device handle for GPU ?[0-9A-Fa-f:.]+: Unknown Error"
+           r"|XidCriticalError: Xid=\d+")
 _INIT = rx(r"RmInitAdapter failed|rm_init_adapter failed|Cannot attach gpu")
 _SMI = rx(r"^\s*(Pending|Remapping Failure Occurred|DRAM Uncorrectable|SRAM Uncorrectable|Pending Page Blacklist)"
           r"\s*:\s*(\S+)")
@@ -67,7 +68,8 @@ _SMI = rx(r"^\s*(Pending|Remapping Failure Occurred|DRAM Uncorrectable|SRAM Unco
 
 class XidParser(Parser):
     name = "gpu_xid"
-    triggers = ("NVRM: Xid", "uncorrectable ECC error", "GPU is lost", "fallen off the bus", "Remapped Rows",
+    triggers = ("NVRM: Xid", "uncorrectable ECC error", "GPU is lost", "fallen off the bus", "Remapped Rows", "device handle",
+                "XidCriticalError",
                 "Remapping Failure Occurred", "Uncorrectable", "Pending Page Blacklist", "RmInitAdapter", "rm_init_adapter",
                 "Cannot attach gpu")
     after = 4
@@ -174,14 +176,17 @@ _SMI_LINK = rx(r"^\s*Link (\d+): (<inactive>|0 GB/s|Inactive|Down)")
 _DCGM_GPU = rx(r"^\s*(gpuId|physicalId) (\d+):")
 _DCGM_STATES = rx(r"^\s*([UDX_](?:\s+[UDX_])*)\s*$")
 _FABRIC = rx(r"(?i)fabric ?manager (?:found but )?not (?:active|running)|fabric_manager_active\W*:\W*false"
-             r"|all links are inactive|Failed to bind NVLink SHARP|nv-fabricmanager[^\n]*(?:fail|error)")
+             r"|all links are inactive|Failed to bind NVLink SHARP|nv-fabricmanager[^\n]*(?:fail|error)"
+             r"|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY")
+_LINK_ERR = rx(r"(?i)uncorrectable NVLink error|P2P is disabled between NVLINK connected GPUs")
 _DIAG = rx(r"\|\s*(NVLink|PCIe)[^|]*\|\s*Fail\b|(\d+) (?:active )?NvLinks?.*expected (\d+)"
            r"|NVLink (?:link )?\d+ (?:is )?(?:down|inactive)", flags=0)
 
 
 class NvlinkParser(Parser):
     name = "nvlink_inactive"
-    triggers = ("GPU ", "Link ", "gpuId", "physicalId", "NVLink", "NvLink", "nvlink", "abric", "abricmanager")
+    triggers = ("GPU ", "Link ", "gpuId", "physicalId", "NVLink", "NvLink", "nvlink", "NVLINK", "abric", "not yet initialized",
+                "SystemNotReady", "SYSTEM_NOT_READY")
     after = 1
 
     def __init__(self) -> None:
@@ -191,6 +196,7 @@ class NvlinkParser(Parser):
         self.total_links: dict[str, int] = {}
         self.diag_fail = False
         self.fabric = False
+        self.link_error = False
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
@@ -219,6 +225,10 @@ class NvlinkParser(Parser):
             self.fabric = True
             self.ev.add(hit.no, t)
             return
+        if search(_LINK_ERR, t):
+            self.link_error = True
+            self.ev.add(hit.no, t)
+            return
         if search(_DIAG, t):
             m2 = search(_DIAG, t)
             if m2.group(2) and m2.group(3) and int(m2.group(2)) >= int(m2.group(3)):
@@ -227,7 +237,7 @@ class NvlinkParser(Parser):
             self.ev.add(hit.no, t)
 
     def finish(self, ctx: Context) -> list[Finding]:
-        if not self.down and not self.diag_fail and not self.fabric:
+        if not self.down and not self.diag_fail and not self.fabric and not self.link_error:
             return []
         f: dict[str, Any] = {"links_down": {k: v for k, v in sorted(self.down.items())}}
         n = sum(len(v) for v in self.down.values())
@@ -236,13 +246,16 @@ class NvlinkParser(Parser):
             f["dcgm_diag_failed"] = True
         if self.fabric:
             f["fabric_down"] = True
+        if self.link_error:
+            f["link_error"] = True
         gpus = sorted(self.down)
-        title = (f"{n} NVLink link(s) down on {', '.join(gpus[:4])}{' and more' if len(gpus) > 4 else ''}"
-                 if n else "DCGM diagnostics report an NVLink failure" if self.diag_fail
-                 else "The NVLink fabric is not up (fabric manager / NVLink SHARP)")
+        kind = "links_down" if n else "dcgm_diag" if self.diag_fail else "fabric" if self.fabric else "link_error"
+        title = {"links_down": f"{n} NVLink link(s) down on {', '.join(gpus[:4])}{' and more' if len(gpus) > 4 else ''}",
+                 "dcgm_diag": "DCGM diagnostics report an NVLink failure",
+                 "fabric": "The NVLink fabric is not up (fabric manager / NVLink SHARP)",
+                 "link_error": "An NVLink hardware error was reported (uncorrectable link error or P2P refused)"}[kind]
         title += ": GPU-to-GPU traffic inside the node is degraded or broken"
-        return [Finding(symptom="nvlink_inactive", rule="nvlink_inactive.links_down" if n else "nvlink_inactive.dcgm_diag" if self.diag_fail
-                        else "nvlink_inactive.fabric",
+        return [Finding(symptom="nvlink_inactive", rule=f"nvlink_inactive.{kind}",
                         title=title, severity="critical", confidence=0.9, evidence=self.ev.items, facts=f,
                         first_line=self.ev.first())]
 

@@ -16,6 +16,8 @@ class SpikeThresholds:
     window: int = 20
     min_history: int = 3
     rel: float = 0.5
+    smooth_rel: float = 0.3   # used instead of `rel` when the history is within 2% of its median (an LLM's loss)
+    noisy_rel: float = 2.0    # and this when it spreads over 10% (a diffusion loss, per-micro-batch prints)
     mad_k: float = 6.0
     recover_within: int = 20
 
@@ -40,6 +42,7 @@ class Series:
 
     def __init__(self, spike: SpikeThresholds) -> None:
         self.min_history, self.rel1, self.mad_k = spike.min_history, 1 + spike.rel, spike.mad_k
+        self.smooth_rel1, self.noisy_rel1 = 1 + min(spike.rel, spike.smooth_rel), 1 + max(spike.rel, spike.noisy_rel)
         self.recover_within = spike.recover_within
         self.hist: deque[float] = deque(maxlen=spike.window)
         self.ghist: deque[float] = deque(maxlen=spike.window)
@@ -66,11 +69,14 @@ class Series:
                 self.first_nan = {"line": no, "iteration": it, "last_finite": self.last_finite}
             return
         self.last_is_nan = False
-        if len(self.hist) >= self.min_history and v > min(self.hist) * self.rel1:
+        if len(self.hist) >= self.min_history and v > min(self.hist) * self.smooth_rel1:
             med = median(self.hist)  # only when a spike is possible: v must beat the median by `rel`
             if med > 0:
                 mad = median(abs(h - med) for h in self.hist) * 1.4826
-                if v > med * self.rel1 and v - med > self.mad_k * max(mad, 0.01 * med):
+                noise = mad / med
+                # a very smooth curve makes a smaller jump a spike; a very noisy one needs a larger one
+                rel1 = self.smooth_rel1 if noise < 0.02 else self.noisy_rel1 if noise > 0.1 else self.rel1
+                if v > med * rel1 and v - med > self.mad_k * max(mad, 0.01 * med):
                     self.spikes += 1
                     if b is not None and b["later_n"] <= 3 and b["later_min"] > b["med"] * 1.2:
                         if v > b["peak"]:  # same episode: keep its onset, follow its peak
@@ -79,9 +85,11 @@ class Series:
                         self._record(v, med, g, it, no, text)
         elif self.hist and len(self.hist) < self.min_history and b is None:
             top = max(self.hist)
-            if top > 0 and v >= BLOWUP * top and v - top >= 1.0:   # a short paste: one or two points, then a blow-up
+            # a short paste: one or two points, then a blow-up; or a loss that lives below zero (Dice + CE) jumping
+            # well above it
+            if (top > 0 and v >= BLOWUP * top and v - top >= 1.0) or (top < 0 < v and v - top >= 0.5):
                 self.spikes += 1
-                self._record(v, median(self.hist), g, it, no, text)
+                self._record(v, median(self.hist) or top, g, it, no, text)
         self.hist.append(v)
         if math.isfinite(g):
             self.ghist.append(g)
@@ -89,7 +97,8 @@ class Series:
         self.recent.append((no, text))
 
     def _record(self, v: float, med: float, g: float, it: float, no: int, text: str) -> None:
-        self.best = {"ratio": v / med, "med": med, "value": v, "line": no, "iteration": it,
+        ratio = v / med if med > 0 else 1 + (v - med) / abs(med or 1.0)   # a loss that lives below zero
+        self.best = {"ratio": ratio, "med": med, "value": v, "line": no, "iteration": it,
                      "gnorm": g, "gnorm_before": median(self.ghist) if self.ghist else None,
                      "evidence": [(n, line_of(x)) for n, x in (*self.recent, (no, text))],
                      "later_n": 0, "later_min": math.inf, "peak": v, "peak_iteration": it, "last": v}

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, rx, search
+from parsers.base import Context, Hit, Parser, findall, rx, search
 
 DEVIATION_LIMIT = 0.20  # the runbook's target: every expert within 20% of the mean load
 DROP_LIMIT = 0.10       # the runbook's target: at most 10% of tokens dropped
@@ -14,11 +14,26 @@ _COUNTS = rx(r"(?i)(?:expert[ _](?:usage|counts?|load)|tokens[ _]per[ _]expert)\
 _DROP = rx(r"(?i)(?:token[ _])?drop(?:ped)?[ _](?:rate|ratio|fraction)\s*[:=]\s*([\d.]+)\s*(%)?"
            r"|dropped[ _]tokens\s*[:=]\s*(\d+)\s*/\s*(\d+)")
 
+# Routing-balance metrics some trainers print instead of raw counts: (name, pattern, direction, limit). "high" means
+# a value above the limit is imbalanced. Megatron-Core and OLMo-core normalise so that 1.0 is an even load.
+_METRICS = (
+    ("load_balancing_loss", rx(r"\bload_balancing_loss: ([\d.]+(?:E[+-]\d+)?)"), "high", 2.0),
+    ("load_imbalance", rx(r"\bload imbalance=([\d.]+)"), "high", 2.0),
+    ("router_max_frac_mean", rx(r"router/max_frac_mean[ =:]+([\d.]+)"), "high", 0.35),
+    ("router_max_frac_max", rx(r"router/max_frac_max[ =:]+([\d.]+)"), "high", 0.9),
+    ("router_active_min", rx(r"router/active_min[ =:]+(\d+)"), "low", 2),
+    ("entropy_normalized", rx(r"entropy_normalized[ =:]+([\d.]+)"), "low", 0.5),
+    ("kl_to_uniform", rx(r"kl_to_uniform[ =:]+([\d.]+)"), "high", 2.0),
+    ("max_tpe_over_median", rx(r"max_tpe: ([\d.]+)"), "high", 3.0),
+)
+_MEDIAN_TPE = rx(r"median_tpe: ([\d.]+)")
+
 
 class MoeParser(Parser):
     name = "moe_imbalance"
     triggers = ("xpert", "drop rate", "drop_rate", "drop ratio", "drop_ratio", "dropped tokens", "dropped_tokens",
-                "drop fraction", "drop_fraction")
+                "drop fraction", "drop_fraction", "load_balancing_loss", "load imbalance", "router/", "entropy_normalized",
+                "kl_to_uniform", "_tpe")
 
     def __init__(self) -> None:
         super().__init__()
@@ -26,9 +41,29 @@ class MoeParser(Parser):
         self.worst_drop: tuple[float, int] | None = None
         self.bad = 0
         self.observations = 0
+        self.metric_seen: dict[str, int] = {}
+        self.metric_bad: dict[str, list[float]] = {}
+        self.median_tpe: float | None = None
+        self.max_tpe: list[tuple[float, int, str]] = []
+
+    def _metrics(self, hit: Hit) -> None:
+        m = search(_MEDIAN_TPE, hit.text)
+        if m:
+            self.median_tpe = float(m.group(1))
+        for name, pat, direction, limit in _METRICS:
+            for m in findall(pat, hit.text):
+                value = float(m.group(1))
+                if name == "max_tpe_over_median":
+                    self.max_tpe.append((value, hit.no, hit.text))
+                    continue
+                self.metric_seen[name] = self.metric_seen.get(name, 0) + 1
+                if (value > limit) if direction == "high" else (value < limit):
+                    self.metric_bad.setdefault(name, []).append(value)
+                    self.ev.add(hit.no, hit.text)
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
+        self._metrics(hit)
         m = search(_COUNTS, t)
         if m:
             try:
@@ -57,11 +92,30 @@ class MoeParser(Parser):
             if self.worst_drop is None or rate > self.worst_drop[0]:
                 self.worst_drop = (rate, hit.no)
 
+    def _metric_verdict(self) -> tuple[str, float] | None:
+        """The worst routing metric that stays out of range: twice or more, or on every reading it had."""
+        if self.max_tpe and self.median_tpe:
+            for value, no, text in self.max_tpe:
+                self.metric_seen["max_tpe_over_median"] = self.metric_seen.get("max_tpe_over_median", 0) + 1
+                if value / self.median_tpe > 3.0:
+                    self.metric_bad.setdefault("max_tpe_over_median", []).append(round(value / self.median_tpe, 2))
+                    self.ev.add(no, text)
+        for name, _, direction, _ in _METRICS:
+            bad = self.metric_bad.get(name, [])
+            if len(bad) >= 2 or (bad and len(bad) == self.metric_seen.get(name)):
+                return name, (max(bad) if direction == "high" else min(bad))
+        return None
+
     def finish(self, ctx: Context) -> list[Finding]:
-        if not self.bad:
+        metric = self._metric_verdict()
+        if not self.bad and not metric:
             return []
-        f: dict[str, Any] = {"observations": self.observations, "imbalanced_observations": self.bad}
+        f: dict[str, Any] = {"observations": self.observations + sum(self.metric_seen.values()),
+                             "imbalanced_observations": self.bad + sum(len(v) for v in self.metric_bad.values())}
         parts = []
+        if metric:
+            f["routing_metric"], f["routing_value"] = metric
+            parts.append(f"the trainer's {metric[0]} reads {metric[1]:g}, outside its healthy range")
         if self.worst_dev and self.worst_dev[0] > DEVIATION_LIMIT:
             dev, counts, _ = self.worst_dev
             mean = sum(counts) / len(counts)

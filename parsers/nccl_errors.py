@@ -35,7 +35,7 @@ _RULES = (
                     r"|Could not find a path for pattern[^\n]*")),
     ("cuda_failure", rx(r"Cuda failure '([^']+)'")),
     ("code", rx(r"(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)"
-                r"|NCCL error in: \S+, (unhandled system error|internal error|unhandled cuda error|invalid usage"
+                r"|NCCL error(?: in: \S+,|:) (unhandled system error|internal error|unhandled cuda error|invalid usage"
                 r"|invalid argument)|Test NCCL failure \S+ '([^'/]+?)\s*(?:/|')")),
     ("warn", rx(r"NCCL WARN (.*\b(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)?|[Uu]nable|not found|[Ii]nvalid)\b.*)")),
 )
@@ -75,7 +75,7 @@ class NcclErrorParser(Parser):
                 "mismatch between collectives", "remote process exited", "ncclRemoteError", "Connection reset by peer",
                 "Connection closed by remote peer", "Connection refused", "Cuda failure", "ncclSystemError",
                 "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument",
-                "NCCL error in:", "unable to allocate shared memory", "Got completion with error",
+                "NCCL error in:", "NCCL error: ", "unable to allocate shared memory", "Got completion with error",
                 "does not loop back", "of node", "Could not find a path", "Test NCCL failure", "NCCL WARN")
 
     def __init__(self) -> None:

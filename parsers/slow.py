@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, rx, search
+from parsers.base import Context, Hit, Parser, findall, rx, search
 
 INPUT_BAD_PCT = 25.0   # a quarter of the step spent fetching data is a bottleneck worth the first look
 
@@ -62,20 +62,19 @@ class InputParser(Parser):
 
 
 # (data key, step key, whether the step time already includes the data time)
-_TIMING = rx(r"(?i)\b(load_data_time|data_load_time|data_time|data)\s*[:=]\s*(\d+(?:\.\d+)?)")
-_STEP = rx(r"(?i)(?<![\w.])(train_step_time|step_time|compute_time|batch_time|iter_time|time)\s*[:=]\s*(\d+(?:\.\d+)?)")
+_TIMING = rx(r"(?i)\b(load_data_time|data_load_time|data_time|data_s|data)\s*[:=]\s*(\d+(?:\.\d+)?)")
+_STEP = rx(r"(?i)(?<![\w.])(train_step_time|step_time|compute_time|updt_s|batch_time|iter_time|time)\s*[:=]\s*"
+           r"(\d+(?:\.\d+)?)")
 MIN_STEPS = 3
 
 
 class StepTimingParser(Parser):
     name = "slow_input_steps"
-    triggers = ("data_time", "load_data_time", "data_load_time", "data: ")
+    triggers = ("data_time", "load_data_time", "data_load_time", "data: ", "data_s:")
 
     def __init__(self) -> None:
         super().__init__()
-        self.data = 0.0
-        self.total = 0.0
-        self.steps = 0
+        self.readings: list[tuple[float, float]] = []
         self.worst: tuple[float, int, str] | None = None
 
     def feed(self, hit: Hit) -> None:
@@ -89,16 +88,18 @@ class StepTimingParser(Parser):
         total = sv if inclusive else sv + dv
         if total <= 0 or dv > total:
             return
-        self.steps += 1
-        self.data += dv
-        self.total += total
-        if self.worst is None or dv / total > self.worst[0]:
+        self.readings.append((dv, total))
+        if len(self.readings) > 1 and (self.worst is None or dv / total > self.worst[0]):
             self.worst = (dv / total, hit.no, t)
 
     def finish(self, ctx: Context) -> list[Finding]:
-        if self.steps < MIN_STEPS or not self.total:
+        # The first logged step also waits for the workers to start and the first batch to be read: warm-up, not a
+        # bottleneck, so the share is taken over the steps after it.
+        if len(self.readings) < MIN_STEPS or self.worst is None:
             return []
-        share = round(100 * self.data / self.total, 1)
+        self.steps = len(self.readings) - 1
+        data, total = (sum(r[i] for r in self.readings[1:]) for i in (0, 1))
+        share = round(100 * data / total, 1) if total else 0.0
         if share <= INPUT_BAD_PCT:
             return []
         self.ev.add(self.worst[1], self.worst[2])
@@ -110,4 +111,53 @@ class StepTimingParser(Parser):
                         confidence=0.75, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
 
 
-PARSERS = (InputParser, StepTimingParser)
+# Megatron's timers: either one line "time (ms) | forward-compute: F | ... | batch-generator: B" or, with
+# --timing-log-level, a "(min, max) time across ranks (ms):" block with one "name ....: (min, max)" line per timer.
+_MEGATRON_TIMER = rx(r"(forward-backward|forward-compute|backward-compute|batch-generator)\s*\.*:\s*"
+                     r"(?:\(\s*[\d.]+,\s*([\d.]+)\)|([\d.]+))")
+
+
+class MegatronTimerParser(Parser):
+    name = "slow_input_megatron"
+    triggers = ("batch-generator", "forward-backward", "forward-compute", "backward-compute")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block: dict[str, float] = {}
+        self.shares: list[tuple[float, int, str]] = []
+        self.bg_line: tuple[int, str] | None = None
+
+    def _close(self) -> None:
+        b = self.block
+        step = b.get("forward-backward") or (b.get("forward-compute", 0.0) + b.get("backward-compute", 0.0))
+        if "batch-generator" in b and step > 0 and self.bg_line:
+            self.shares.append((min(1.0, b["batch-generator"] / step), *self.bg_line))
+        self.block, self.bg_line = {}, None
+
+    def feed(self, hit: Hit) -> None:
+        for m in findall(_MEGATRON_TIMER, hit.text):
+            name = m.group(1)
+            if name in self.block:
+                self._close()
+            self.block[name] = float(m.group(2) or m.group(3))
+            if name == "batch-generator":
+                self.bg_line = (hit.no, hit.text)
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        self._close()
+        if not self.shares:
+            return []
+        share = round(100 * sum(s for s, _, _ in self.shares) / len(self.shares), 1)
+        if share <= INPUT_BAD_PCT:
+            return []
+        worst = max(self.shares)
+        self.ev.add(worst[1], worst[2])
+        title = (f"The step waits on input data: Megatron's batch-generator takes {share:g}% of forward-backward "
+                 f"over {len(self.shares)} timer report(s)")
+        return [Finding(symptom="slow_input", rule="slow_input.megatron_timers", title=title, severity="warning",
+                        confidence=0.75, evidence=self.ev.items,
+                        facts={"input_share_pct": share, "steps_read": len(self.shares),
+                               "worst_step_input_pct": round(100 * worst[0], 1)}, first_line=self.ev.first())]
+
+
+PARSERS = (InputParser, StepTimingParser, MegatronTimerParser)

@@ -29,6 +29,7 @@ class VersionParser(Parser):
                 "Error 804", "Error 803", "not supported in the installed CUDA driver", "undefined symbol: nccl", "symbol:%20nccl",
                 "version `NCCL", "mismatches the version that was used to compile", "Driver/library version mismatch",
                 "unsupported display driver", "cudaErrorInsufficientDriver", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH")
+    after = 1  # the CUDA build check's message wraps after "compile"; read it with the next line
 
     def __init__(self) -> None:
         super().__init__()
@@ -36,8 +37,9 @@ class VersionParser(Parser):
         self.facts: dict[str, Any] = {}
 
     def feed(self, hit: Hit) -> None:
+        text = " ".join(part.strip() for part in (hit.text, *hit.after))
         for rule, pat, _ in _RULES:
-            m = search(pat, hit.text)
+            m = search(pat, text)
             if not m:
                 continue
             self.hits[rule] = self.hits.get(rule, 0) + 1
