@@ -20,11 +20,11 @@ SCALE_COLLAPSE = 16.0
 GNAN_RUN = 3   # NaN grad norms in a row, up to the end of the log, beside a finite loss (fp16 skips come in ones and twos)
 
 _NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
-_LOSS = rx(r"(?i)(?<![\w.])(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss(?:/train(?:/total)?)?)(?:[ _]value|_step|_epoch)?['\"]?"
+_LOSS = rx(r"(?i)(?<![\w.])(?:reduced_)?(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss(?:/train(?:/total)?)?)(?:[ _]value|_step|_epoch)?['\"]?"
            r"\s*(?:[:=]\s*|\s+(?:\d+\s+(?=[\d.]+\s))?)['\"]?" + _NUM + r"(?![\w.])")   # "Train loss <iter> <value>" too
 _GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*['\"]?" + _NUM)   # transformers 5 quotes its values
-_ITER = rx(r"iteration\s+(\d+)\s*/|\bstep['\"]?[:=\s]\s*(\d+)|global_step['\"]?[=:\s]+(\d+)|\|\s*(\d+)/\d+ \["
-           r"|\bepoch[:\s]\s*(\d+)\b|'epoch':\s*'?([\d.]+)")
+_ITER = rx(r"iteration\s+(\d+)\s*/|\bstep['\"]?[:=\s]\s*(\d+)|global_step['\"]?[=:\s]+(\d+)|\|\s*(\d+)/\d+ \[")
+_EPOCH = rx(r"\bepoch[:\s]\s*(\d+)\b|'epoch':\s*'?([\d.]+)")   # only where no step is named on the line
 # Any loss term (train/backbone_loss, loss_cls, 'Loss is nan') read as NaN/Inf, whatever the format; keys that hold
 # a bound rather than a value (best_loss: inf at start-up, loss_scale) are not a loss.
 _TERM_NAN = rx(r"(?i)(?:([\w./-]*loss[\w./-]*)['\"]?\s*[:=]\s*['\"]?(?:tensor\()?|\bloss\s+(?:is|became|becomes)\s+)"
@@ -182,8 +182,9 @@ class LossParser(Parser):
         key = str(rank_of(t) or "")
         s = self._series(key)
         it = search(_ITER, t)
-        itv = float(next(g for g in it.groups() if g is not None)) if it else math.nan
-        if it and (it.group(5) or it.group(6)):
+        ep = None if it else search(_EPOCH, t)
+        itv = float(next(g for g in (it or ep).groups() if g is not None)) if it or ep else math.nan
+        if ep:
             itv = -itv - 1  # stored negative so facts can tell an epoch from a step
         g = _f(gm.group(1)) if gm else math.nan
         if lm:

@@ -16,8 +16,9 @@ from typing import Any
 from core.models import Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, host_of, rank_of, rx, search
 
-_OFI = rx(r"(?:(\w+):\d+ )?(?:NCCL WARN )?NET/OFI Unable to register memory \(type = (\d+)\) for device (\d+)\."
+_OFI = rx(r"(?:(\w+):\d+ )?(?:NCCL WARN )?NET/OFI Unable to register memory \(type = (\d+)\) for device (\d+)\.?"
           r"(?: RC: (-?\d+)(?:, Error: ([^\n]+))?)?")
+_REGATTR = rx(r"Couldn't register memory region with regattr\. RC: (-?\d+), ERROR: ([^\n]+)")
 _LIBFABRIC = rx(r"Unable to register MR(?: of (\d+) bytes)?: ([^,\n]+)")
 _FI_MR = rx(r"fi_mr_reg(?:attr)? failed(?:[^\n]*?(?:rail|device) (\d+))?")
 _KERNEL = rx(r"infiniband (\w+): Failed to (?:register mr \[(-?\d+)\]|process command REG_MR[^\n]*? err (-?\d+))")
@@ -32,7 +33,8 @@ _MEM_TYPES = {1: "host", 2: "cuda"}
 class EfaMrParser(Parser):
     name = "efa_mr_registration"
     triggers = ("Unable to register memory", "Unable to register MR", "fi_mr_reg", "dmabuf support status",
-                "use_dmabuf", "Failed to register mr", "command REG_MR", "Failure to post internal receive buffers")
+                "use_dmabuf", "Failed to register mr", "command REG_MR", "Failure to post internal receive buffers",
+                "register memory region with regattr", "Selected Provider is")
     before = 3
 
     def __init__(self) -> None:
@@ -42,11 +44,15 @@ class EfaMrParser(Parser):
         self.dmabuf = False
         self.hosts: set[str] = set()
         self.ranks: set[int] = set()
+        self.provider = ""
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
         if search(_DMABUF, t):
             self.dmabuf = True
+            return
+        if "Selected Provider is" in t:
+            self.provider = t.split("Selected Provider is", 1)[1].split()[0].strip(",;") if not self.provider else self.provider
             return
         f = self.facts
         m = search(_OFI, t)
@@ -59,6 +65,11 @@ class EfaMrParser(Parser):
                 f.setdefault("rc", int(m.group(4)))
             if m.group(5):
                 f.setdefault("error", m.group(5).strip())
+        elif search(_REGATTR, t):
+            r = search(_REGATTR, t)
+            f.setdefault("function", "fi_mr_regattr")
+            f.setdefault("rc", int(r.group(1)))
+            f.setdefault("error", r.group(2).strip())
         elif search(_RXBUF, t):
             f.setdefault("function", "EFA provider receive buffers")
             for line in hit.before:
@@ -111,7 +122,8 @@ class EfaMrParser(Parser):
         elif "Bad address" in err and self.dmabuf:
             f["cause"] = "dmabuf"
         what = f"{f['mem_type'].upper() if f.get('mem_type') == 'cuda' else f.get('mem_type', 'a')} memory"
-        title = f"EFA could not register {what} for RDMA"
+        who = "EFA" if self.provider in ("", "efa") else f"libfabric's {self.provider} provider"
+        title = f"{who} could not register {what} for RDMA"
         if "device" in f:
             title += f" on device {f['device']}"
         detail = ", ".join(x for x in (f"RC {f['rc']}" if "rc" in f else "", err) if x)

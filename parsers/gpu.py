@@ -62,6 +62,11 @@ _ECC_RT = rx(r"uncorrectable ECC error encountered|ECC error detected.*uncorrect
 _LOST = rx(r"GPU is lost|fallen off the bus|Unable to determine the device handle for GPU ?[0-9A-Fa-f:.]+: Unknown Error"
            r"|XidCriticalError: Xid=\d+")
 _INIT = rx(r"RmInitAdapter failed|rm_init_adapter failed|Cannot attach gpu")
+# a GPU the PCI bus still shows but nvidia-smi no longer lists: one nvidia-smi table against lspci's count
+_SMI_HEAD = rx(r"\|\s*NVIDIA-SMI \d")
+_SMI_ROW = rx(r"^\|\s+(\d+)\s+\S.*\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s")
+_LSPCI_GPU = rx(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d (?:VGA compatible|3D) controller: NVIDIA")
+_LSPCI_COUNT = rx(r"lspci\b.*(?i:nvidia).*(?:VGA|3D).*\|\s*wc -l|lspci\b.*(?:VGA|3D).*(?i:nvidia).*\|\s*wc -l")
 _SMI = rx(r"^\s*(Pending|Remapping Failure Occurred|DRAM Uncorrectable|SRAM Uncorrectable|Pending Page Blacklist)"
           r"\s*:\s*(\S+)")
 
@@ -71,7 +76,7 @@ class XidParser(Parser):
     triggers = ("NVRM: Xid", "uncorrectable ECC error", "GPU is lost", "fallen off the bus", "Remapped Rows", "device handle",
                 "XidCriticalError",
                 "Remapping Failure Occurred", "Uncorrectable", "Pending Page Blacklist", "RmInitAdapter", "rm_init_adapter",
-                "Cannot attach gpu")
+                "Cannot attach gpu", "NVIDIA-SMI", "0000:", "controller: NVIDIA", "lspci")
     after = 4
 
     def __init__(self) -> None:
@@ -80,9 +85,32 @@ class XidParser(Parser):
         self.pci: set[str] = set()
         self.hosts: set[str] = set()
         self.flags: set[str] = set()
+        self.smi_tables = 0
+        self.smi_gpus: set[int] = set()
+        self.pci_gpus = 0
+        self.pci_ev: tuple[int, str] | None = None
+
+    def _inventory(self, hit: Hit) -> bool:
+        """nvidia-smi table rows and lspci's NVIDIA controllers, to notice a GPU the driver has lost."""
+        t = hit.text
+        if search(_SMI_HEAD, t):
+            self.smi_tables += 1
+        elif (m := search(_SMI_ROW, t)):
+            self.smi_gpus.add(int(m.group(1)))
+        elif search(_LSPCI_GPU, t):
+            self.pci_gpus += 1
+            self.pci_ev = self.pci_ev or (hit.no, t)
+        elif search(_LSPCI_COUNT, t) and hit.after and hit.after[0].strip().isdigit():
+            self.pci_gpus = max(self.pci_gpus, int(hit.after[0].strip()))
+            self.pci_ev = (hit.no + 1, f"{t.strip()} -> {hit.after[0].strip()}")
+        else:
+            return False
+        return True
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
+        if self._inventory(hit):
+            return
         m = search(_XID, t)
         if m:
             x = int(m.group(2))
@@ -123,9 +151,13 @@ class XidParser(Parser):
                 self.ev.add(no, line)
 
     def finish(self, ctx: Context) -> list[Finding]:
+        f: dict[str, Any] = {}
+        if self.smi_tables == 1 and self.smi_gpus and self.pci_gpus > len(self.smi_gpus) and self.pci_ev:
+            self.flags.add("gpu_missing")
+            f["gpus_listed"], f["gpus_on_pci"] = len(self.smi_gpus), self.pci_gpus
+            self.ev.add(*self.pci_ev)
         if not self.xids and not self.flags:
             return []
-        f: dict[str, Any] = {}
         actions = []
         if self.xids:
             table = []
@@ -134,7 +166,7 @@ class XidParser(Parser):
                 table.append({**rec, "meaning": meaning, "action": action})
                 actions.append(action)
             f["xids"] = table
-        flag_action = {"row_remap_failure": "drain", "ecc_uncorrectable": "drain", "gpu_lost": "drain", "init_failed": "drain",
+        flag_action = {"gpu_missing": "drain", "row_remap_failure": "drain", "ecc_uncorrectable": "drain", "gpu_lost": "drain", "init_failed": "drain",
                        "row_remap_pending": "reset", "page_retirement_pending": "reset"}
         actions += [flag_action[fl] for fl in self.flags]
         if self.flags:
@@ -153,6 +185,9 @@ class XidParser(Parser):
             rule = f"gpu_xid.xid{worst['xid']}"
         elif "gpu_lost" in self.flags:
             title, rule = "A GPU fell off the bus / is lost to the driver", "gpu_xid.gpu_lost"
+        elif "gpu_missing" in self.flags:
+            title, rule = (f"nvidia-smi lists {f['gpus_listed']} GPUs but the PCI bus shows {f['gpus_on_pci']}: "
+                           "the driver has lost a GPU"), "gpu_xid.gpu_missing"
         elif "init_failed" in self.flags:
             title, rule = "The driver cannot initialise a GPU (RmInitAdapter failed)", "gpu_xid.init_failed"
         elif "ecc_uncorrectable" in self.flags:

@@ -17,9 +17,12 @@ _HEARTBEAT = rx(r"Heartbeat monitor timed out|watchdog got stuck for (\d+) secon
 _WORKLIST = rx(r"workMetaList_\.size\(\)\s*=\s*(\d+)")
 _ABORTED = rx(r"communicator was aborted on rank (\d+)")
 _BARRIER = rx(r"store based barrier on rank: (\d+).*?world_size=(\d+), worker_count=(\d+)"
-              r"|Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
+              r"|Timed out after (\d+) seconds waiting for (?:clients|workers)\. (\d+)/(\d+) (?:clients|workers) joined")
 _CONNECT = rx(r"client socket has timed out after (\d+)ms while trying to connect to \(([^,\s]+), (\d+)\)")
 _STORE = rx(r"is setting up NCCL communicator and retrieving ncclUniqueId from \[(\d+)\].*?(?:Socket Timeout|timed out|Timeout)")
+# a TCPStore get/wait that ran out: "Socket Timeout" before PyTorch 2.5, "wait timeout after <ms>ms, keys: ..." since
+_STORE_WAIT = rx(r"(?:DistStoreError|RuntimeError): (?:Socket Timeout|[Ww]ait timeout after (\d+) ?ms)")
+_CHECK_TIMEOUT = "WorkNCCL::checkTimeout"   # a C++ frame only the watchdog's timeout exception carries
 _TS = rx(r"\[[EFWI](\d{3,4}) (\d\d:\d\d:\d\d(?:\.\d+)?)|^(?:\S+\s+)?(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?)")
 _EXIT = rx(r"exitcode\s*:\s*(-?\d+)")
 _SUMMARY_RANK = rx(r"^\s*rank\s*:\s*(\d+)")
@@ -48,7 +51,8 @@ class TimeoutParser(Parser):
                 "Timeout at NCCL work",
                 "Heartbeat monitor timed out", "watchdog got stuck", "communicator was aborted", "store based barrier", "client socket has timed out",
                 "clients joined", "retrieving ncclUniqueId", "exitcode", "Root Cause (first observed failure)",
-                "operations have failed or timed out")
+                "operations have failed or timed out", "Socket Timeout", "ait timeout after", "workers joined",
+                _CHECK_TIMEOUT)
     before = 4
     after = 2
 
@@ -60,6 +64,7 @@ class TimeoutParser(Parser):
         self.barrier: dict[str, int] = {}
         self.store_root: int | None = None
         self.connect: dict[str, Any] = {}   # a rank that never reached the rendezvous store
+        self.store_wait: dict[str, Any] = {}   # a store get/wait that timed out
         self.holds_host: str | None = None   # set when this log is one node's own share of a multi-node job
         self.exits: dict[int, int] = {}
         self.exit_hosts: dict[int, str] = {}
@@ -98,6 +103,9 @@ class TimeoutParser(Parser):
             self.ev.add(hit.no, hit.text)
             return
         matched = False
+        if _CHECK_TIMEOUT in t:
+            self._rec(rank, hit.no).kinds.add("watchdog")
+            matched = True
         m = search(_WORK, t) if "WorkNCCL" in t else None
         if m and "timeout" in t:
             r = self._rec(rank, hit.no)
@@ -124,23 +132,7 @@ class TimeoutParser(Parser):
             if w:
                 r.outstanding = int(w.group(1))
             matched = True
-        m = search(_BARRIER, t)
-        if m:
-            if m.group(1):
-                self.barrier = {"rank": int(m.group(1)), "world": int(m.group(2)), "joined": int(m.group(3))}
-            else:
-                self.barrier = {"world": int(m.group(6)), "joined": int(m.group(5)), "waited_s": int(m.group(4))}
-            matched = True
-        m = search(_CONNECT, t)
-        if m:
-            self.connect = {"master_addr": m.group(2), "master_port": int(m.group(3)), "waited_s": int(m.group(1)) // 1000}
-            self._rec(rank, hit.no).kinds.add("store")
-            matched = True
-        m = search(_STORE, t)
-        if m:
-            self.store_root = int(m.group(1))
-            self._rec(rank, hit.no).kinds.add("store")
-            matched = True
+        matched = self._setup(t, rank, hit.no) or matched
         if not matched:
             return
         r = self._rec(rank, hit.no)
@@ -151,6 +143,33 @@ class TimeoutParser(Parser):
         if h:
             r.host = h.group(1)
         self.ev.add(hit.no, hit.text)
+
+    def _setup(self, t: str, rank: int | None, no: int) -> bool:
+        """Process-group set-up and store failures: the barrier, the store connection, store waits."""
+        matched = False
+        m = search(_BARRIER, t)
+        if m:
+            if m.group(1):
+                self.barrier = {"rank": int(m.group(1)), "world": int(m.group(2)), "joined": int(m.group(3))}
+            else:
+                self.barrier = {"world": int(m.group(6)), "joined": int(m.group(5)), "waited_s": int(m.group(4))}
+            matched = True
+        m = search(_CONNECT, t)
+        if m:
+            self.connect = {"master_addr": m.group(2), "master_port": int(m.group(3)), "waited_s": int(m.group(1)) // 1000}
+            self._rec(rank, no).kinds.add("store")
+            matched = True
+        m = search(_STORE_WAIT, t)
+        if m:
+            self.store_wait = {"waited_s": int(m.group(1)) // 1000} if m.group(1) else {"waited_s": None}
+            self._rec(rank, no).kinds.add("store")
+            matched = True
+        m = search(_STORE, t)
+        if m:
+            self.store_root = int(m.group(1))
+            self._rec(rank, no).kinds.add("store")
+            matched = True
+        return matched
 
     def _join(self, hit: Hit, marker: str) -> str:
         """Glue terminal-wrapped continuation lines back on, up to the one holding `marker`."""
@@ -185,7 +204,7 @@ class TimeoutParser(Parser):
 
     def finish(self, ctx: Context) -> list[Finding]:
         recs = {r: v for r, v in self.ranks.items()}
-        if recs or self.unranked or self.barrier or self.store_root is not None or self.connect:
+        if recs or self.unranked or self.barrier or self.store_root is not None or self.connect or self.store_wait:
             return [self._watchdog_finding(recs, ctx)]
         if self.exits and all(code == -6 for code in self.exits.values()):
             return [self._sigabrt_finding()]
@@ -231,11 +250,14 @@ class TimeoutParser(Parser):
         if self.store_root is not None:
             f["store_root_rank"] = self.store_root
         f.update(self.connect)
+        if self.store_wait.get("waited_s") is not None and "waited_s" not in f:
+            f["waited_s"] = self.store_wait["waited_s"]
         kinds = set().union(*(r.kinds for r in everyone)) if everyone else set()
         if ctx.world_size:
             f["world_size"] = ctx.world_size
         rule = ("nccl_timeout.watchdog" if "watchdog" in kinds else "nccl_timeout.heartbeat" if "heartbeat" in kinds
-                else "nccl_timeout.store" if self.store_root is not None or self.connect else "nccl_timeout.barrier")
+                else "nccl_timeout.store" if self.store_root is not None or self.connect or self.store_wait
+                else "nccl_timeout.barrier")
         return Finding(symptom="nccl_timeout", rule=rule, title=self._title(f, rule), severity="critical",
                        confidence=0.95, evidence=self.ev.items, facts=f, first_line=self.ev.first())
 
@@ -263,6 +285,13 @@ class TimeoutParser(Parser):
             c = self.connect
             return [], (f"could not reach the rendezvous store at {c['master_addr']}:{c['master_port']} in "
                         f"{c['waited_s']} s (MASTER_ADDR or the port unreachable, or rank 0 never started it)")
+        if self.store_wait:
+            took = self.store_wait["waited_s"]
+            if took is None:
+                return [], ("the rendezvous store (TCPStore) did not answer in time: its host or port unreachable, "
+                            "or a peer died or never started")
+            return [], (f"a TCPStore request waited {took} s for a key no peer wrote: a peer died, hung or never "
+                        "started")
         if self.barrier:
             missing = self.barrier["world"] - self.barrier["joined"]
             if missing > 0:
@@ -304,6 +333,8 @@ class TimeoutParser(Parser):
             head = "ProcessGroupNCCL heartbeat monitor aborted the job: the watchdog made no progress"
         elif "master_addr" in f:
             head = "Process-group setup failed"
+        elif rule == "nccl_timeout.store" and "store_root_rank" not in f:
+            head = "Rendezvous store timeout"
         elif rule in ("nccl_timeout.barrier", "nccl_timeout.store"):
             head = "Process-group setup timed out waiting for ranks to join"
         else:

@@ -11,6 +11,9 @@ DROP_LIMIT = 0.10       # the runbook's target: at most 10% of tokens dropped
 MIN_TOKENS = 100
 
 _COUNTS = rx(r"(?i)(?:expert[ _](?:usage|counts?|load)|tokens[ _]per[ _]expert)\s*[:=]?\s*(?:tensor\()?\[([\d.,\s]+)\]")
+# tokens per expert-parallel rank, as EP load-balancer tools print them: "EP16 ... [8, 0, 8, 0, ...]" with one
+# number per rank (the list's length must match the EP size)
+_EP_COUNTS = rx(r"\bEP ?(\d+)\b[^\[\n]*\[([\d.,\s]+)\]")
 _DROP = rx(r"(?i)(?:token[ _])?drop(?:ped)?[ _](?:rate|ratio|fraction)\s*[:=]\s*([\d.]+)\s*(%)?"
            r"|dropped[ _]tokens\s*[:=]\s*(\d+)\s*/\s*(\d+)")
 
@@ -33,7 +36,7 @@ class MoeParser(Parser):
     name = "moe_imbalance"
     triggers = ("xpert", "drop rate", "drop_rate", "drop ratio", "drop_ratio", "dropped tokens", "dropped_tokens",
                 "drop fraction", "drop_fraction", "load_balancing_loss", "load imbalance", "router/", "entropy_normalized",
-                "kl_to_uniform", "_tpe")
+                "kl_to_uniform", "_tpe", *(f"EP{d}" for d in "123456789"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -45,6 +48,7 @@ class MoeParser(Parser):
         self.metric_bad: dict[str, list[float]] = {}
         self.median_tpe: float | None = None
         self.max_tpe: list[tuple[float, int, str]] = []
+        self.per_rank = False   # the worst counts are per expert-parallel rank, not per expert
 
     def _metrics(self, hit: Hit) -> None:
         m = search(_MEDIAN_TPE, hit.text)
@@ -65,10 +69,13 @@ class MoeParser(Parser):
         t = hit.text
         self._metrics(hit)
         m = search(_COUNTS, t)
-        if m:
+        ep = None if m else search(_EP_COUNTS, t)
+        if m or ep:
             try:
-                counts = [float(x) for x in m.group(1).replace(",", " ").split()]
+                counts = [float(x) for x in (m or ep).group(m and 1 or 2).replace(",", " ").split()]
             except ValueError:
+                counts = []
+            if ep and len(counts) != int(ep.group(1)):
                 counts = []
             if len(counts) >= 2 and sum(counts) >= MIN_TOKENS:
                 self.observations += 1
@@ -79,6 +86,7 @@ class MoeParser(Parser):
                     self.ev.add(hit.no, t)
                 if self.worst_dev is None or dev > self.worst_dev[0]:
                     self.worst_dev = (dev, counts, hit.no)
+                    self.per_rank = ep is not None
         m = search(_DROP, t)
         if m:
             if m.group(3):
@@ -126,7 +134,8 @@ class MoeParser(Parser):
             lo = min(counts)
             if lo > 0:
                 f["max_min_ratio"] = round(max(counts) / lo, 2)
-            parts.append(f"expert load is {dev:.0%} off the mean (limit 20%); hot experts {f['hot_experts']}")
+            unit = "EP ranks" if self.per_rank else "experts"
+            parts.append(f"{unit[:-1]} load is {dev:.0%} off the mean (limit 20%); hot {unit} {f['hot_experts']}")
         if self.worst_drop and self.worst_drop[0] > DROP_LIMIT:
             f["drop_rate"] = round(self.worst_drop[0], 4)
             parts.append(f"{self.worst_drop[0]:.1%} of tokens dropped (limit 10%)")

@@ -47,6 +47,9 @@ _NOT_MINE = rx(r"libibverbs|NET/Plugin|libnccl-net|libnccl-tuner|libnccl-profile
 _IB_STATUS = {4: "local protection error (memory registration or GPUDirect RDMA)", 5: "work request flushed",
               10: "remote access error", 12: "transport retry counter exceeded (link or peer down)",
               13: "RNR retry counter exceeded (peer not receiving)"}
+# a bare "Connection reset by peer" raised out of torch.distributed's own frames is the peers' connection
+_DIST_FRAME = rx(r"File \"[^\"]*torch/distributed/|\bin init_process_group\b")
+_EXC_LINE = rx(r"^\s*(?:\[rank\d+\]:\s*)?[\w.]*(?:Error|Exception): ")
 _NCCL_VER = rx(r"NCCL version (\d+\.\d+\.\d+)")
 _HEADLINE = {
     "efa_completion": "An EFA transfer failed (aws-ofi-nccl / libfabric completion error)",
@@ -77,6 +80,7 @@ class NcclErrorParser(Parser):
                 "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument",
                 "NCCL error in:", "NCCL error: ", "unable to allocate shared memory", "Got completion with error",
                 "does not loop back", "of node", "Could not find a path", "Test NCCL failure", "NCCL WARN")
+    before = 3
 
     def __init__(self) -> None:
         super().__init__()
@@ -93,7 +97,8 @@ class NcclErrorParser(Parser):
                 continue
             if rule == "cuda_failure" and ("out of memory" in t or "not supported in the installed CUDA driver" in t):
                 return  # cuda_oom / version_mismatch own these
-            if rule == "remote" and "NCCL" not in t and "nccl" not in t and "socket" not in t.lower():
+            if rule == "remote" and "NCCL" not in t and "nccl" not in t and "socket" not in t.lower() \
+                    and not (search(_EXC_LINE, t) and any(search(_DIST_FRAME, b) for b in hit.before)):
                 return  # a reset TCP connection elsewhere in the app is not an NCCL failure
             if rule == "warn" and search(_NOT_MINE, t):
                 return
@@ -138,7 +143,7 @@ class NcclErrorParser(Parser):
             f.setdefault("error_code", m.group(1) or m.group(2) or m.group(3))
         elif rule in ("topology", "warn"):
             f.setdefault("nccl_warning", (m.group(1) if rule == "warn" else m.group(0)).strip()[:160])
-        elif rule == "remote":
+        elif rule == "remote" and "ncclRemoteError" in t:
             f.setdefault("error_code", "ncclRemoteError")
         elif rule == "collective_mismatch" and (m.group(1) or m.group(3)):
             f.setdefault("message_bytes", int(m.group(1) or m.group(3)))

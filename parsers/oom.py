@@ -11,9 +11,11 @@ _KINDS = (
     ("allocator", rx(r"OutOfMemoryError|CUDA out of memory\.|Error: CUDA out of memory"
                      r"|^\W*Tried to allocate [\d.]+ ?[KMGT]i?B \(GPU \d+; [\d.]+ ?[KMGT]i?B total capacity")),
     ("nccl", rx(r"Cuda failure '?out of memory")),
-    ("runtime", rx(r"CUDA error: out of memory|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL.*out of memory"
+    ("runtime", rx(r"CUDA error: ?out of memory|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL.*out of memory"
                    r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
     ("cublas", rx(r"CUBLAS_STATUS_ALLOC_FAILED")),
+    # cuBLAS failing to create its handle: its workspace allocation on a full GPU (a bad install is the other cause)
+    ("cublas_handle", rx(r"CUBLAS_STATUS_NOT_INITIALIZED when calling `?cublasCreate|Create cublas handle failed")),
 )
 _TRIED = rx(r"Tried to allocate " + _SIZE)
 _OLD = rx(r"\(GPU (\d+); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE + r" free;"
@@ -61,7 +63,7 @@ def _gib(m, i: int) -> float | None:
 class OomParser(Parser):
     name = "cuda_oom"
     triggers = ("out of memory", "Tried to allocate", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "CUDA_ERROR_OUT_OF_MEMORY",
-                "cudaErrorMemoryAllocation")
+                "cudaErrorMemoryAllocation", "cublasCreate", "Create cublas handle")
     before = 12
     after = 12
 
@@ -144,6 +146,9 @@ class OomParser(Parser):
                 title += f" of {f['total_gib']} GiB"
         elif kind == "nccl":
             title += " while NCCL was allocating its buffers"
+        elif kind == "cublas_handle":
+            title = (f"cuBLAS could not create its handle on {where}: usually no GPU memory was left for its "
+                     "workspace (a CUDA install that does not match the driver is the other cause)")
         if "other_processes_gib" in f:
             title += f"; other processes hold {f['other_processes_gib']} GiB of it (PID {', '.join(map(str, f['other_pids']))})"
         if f.get("reserved_unallocated_gib", 0) > 2:
@@ -151,7 +156,7 @@ class OomParser(Parser):
         if self.phase:
             title += f" during {self.phase.replace('_', ' ')}"
         return [Finding(symptom="cuda_oom", rule=f"cuda_oom.{kind}", title=title, severity="critical",
-                        confidence=0.97 if kind != "cublas" else 0.8, evidence=self.ev.items, facts=f,
+                        confidence={"cublas": 0.8, "cublas_handle": 0.6}.get(kind, 0.97), evidence=self.ev.items, facts=f,
                         first_line=self.ev.first())]
 
 

@@ -65,6 +65,7 @@ class InputParser(Parser):
 _TIMING = rx(r"(?i)\b(load_data_time|data_load_time|data_time|data_s|data)\s*[:=]\s*(\d+(?:\.\d+)?)")
 _STEP = rx(r"(?i)(?<![\w.])(train_step_time|step_time|compute_time|updt_s|batch_time|iter_time|time)\s*[:=]\s*"
            r"(\d+(?:\.\d+)?)")
+_ITER = rx(r"(?i)\biter\w*\W{0,3}(\d+)\s*/\s*\d+|\[\s*(\d+)\s*/\s*\d+\]")
 MIN_STEPS = 3
 
 
@@ -75,6 +76,8 @@ class StepTimingParser(Parser):
     def __init__(self) -> None:
         super().__init__()
         self.readings: list[tuple[float, float]] = []
+        self.iters: list[int | None] = []
+        self.first_line: tuple[int, str] = (0, "")
         self.worst: tuple[float, int, str] | None = None
 
     def feed(self, hit: Hit) -> None:
@@ -88,17 +91,30 @@ class StepTimingParser(Parser):
         total = sv if inclusive else sv + dv
         if total <= 0 or dv > total:
             return
+        if not self.readings:
+            self.first_line = (hit.no, t)
         self.readings.append((dv, total))
+        it = search(_ITER, t)
+        self.iters.append(int(it.group(1) or it.group(2)) if it else None)
         if len(self.readings) > 1 and (self.worst is None or dv / total > self.worst[0]):
             self.worst = (dv / total, hit.no, t)
 
+    def _warm_up(self) -> int:
+        """How many leading readings to leave out: the first logged step also waits for the workers to start and
+        the first batch to be read, unless the excerpt starts mid-run (its iteration past the first log interval)."""
+        first, second = self.iters[0], self.iters[1]
+        if first is not None and second is not None and second > first and first > second - first:
+            return 0
+        return 1
+
     def finish(self, ctx: Context) -> list[Finding]:
-        # The first logged step also waits for the workers to start and the first batch to be read: warm-up, not a
-        # bottleneck, so the share is taken over the steps after it.
         if len(self.readings) < MIN_STEPS or self.worst is None:
             return []
-        self.steps = len(self.readings) - 1
-        data, total = (sum(r[i] for r in self.readings[1:]) for i in (0, 1))
+        skip = self._warm_up()
+        if skip == 0 and self.readings[0][0] / self.readings[0][1] > self.worst[0]:
+            self.worst = (self.readings[0][0] / self.readings[0][1], *self.first_line)
+        self.steps = len(self.readings) - skip
+        data, total = (sum(r[i] for r in self.readings[skip:]) for i in (0, 1))
         share = round(100 * data / total, 1) if total else 0.0
         if share <= INPUT_BAD_PCT:
             return []

@@ -2,6 +2,7 @@
 the wording the programs print, and a near-miss beside it stays quiet."""
 import pytest
 from test_recall_wave4 import FIRES as WAVE4_FIRES
+from test_recall_wave5 import FIRES as WAVE5_FIRES
 
 FIRES = [
     # NCCL's own WARN lines that no precise rule knows yet, and topology/ring and shm-attach failures
@@ -38,7 +39,7 @@ FIRES = [
     # any loss term read as NaN, whatever the format
     ("loss_nan", "loss_nan.loss_term", "{'train/backbone_loss': nan, 'train/decoder_loss': 5.81, 'epoch': 0.0}"),
     ("loss_nan", "loss_nan.loss_term", "Loss is nan, stopping training"),
-] + WAVE4_FIRES
+] + WAVE4_FIRES + WAVE5_FIRES
 
 
 @pytest.mark.parametrize("symptom,rule,text", FIRES, ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(FIRES)])
