@@ -17,6 +17,37 @@ def test_dev_corpus_top1_and_no_false_findings(engine):
     assert sc.none_with_findings == 0
 
 
+def _keywords():
+    """bench/keyword_baseline.py, the naive keyword classifier triage must not fall below on any symptom."""
+    import importlib.util
+
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("keyword_baseline", ROOT / "bench" / "keyword_baseline.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _below_keywords(files, sc) -> dict[str, tuple[int, int]]:
+    """Labels where the keyword classifier gets more cases right than triage."""
+    import json
+    from collections import Counter
+    mod = _keywords()
+    right = Counter()
+    for path in files:
+        for case in (json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()):
+            right[case["label"]] += mod.keyword_label(case["text"]) in {case["label"], *case.get("also", [])}
+    return {label: (n, sc.tp[label]) for label, n in right.items() if n > sc.tp[label]}
+
+
+def test_keyword_baseline_is_naive_but_not_blind():
+    """The yardstick itself: it fires on the obvious wording and misses what needs reading."""
+    mod = _keywords()
+    assert mod.keyword_label("torch.OutOfMemoryError: CUDA out of memory.") == "cuda_oom"
+    assert mod.keyword_label("NCCL INFO Channel 00 : 0[0] -> 1[1] via NET/Socket/0") == "tcp_fallback"
+    assert mod.keyword_label("iteration 10 | lm loss: 2.1\niteration 20 | lm loss: 9.7") == "none"
+
+
 def test_project_corpus_is_gated_and_the_readme_table_is_current(engine, tmp_path):
     """The project's own corpus (written from real logs, lives in the repo): at least 400 cases, 80 healthy and 10
     of every symptom; >= 97% top-1, no false alarm, and the README shows what `make corpus-table` computes from it."""
@@ -39,6 +70,7 @@ def test_project_corpus_is_gated_and_the_readme_table_is_current(engine, tmp_pat
     assert {s: labels[s] for s in SYMPTOMS if labels[s] < 10} == {}
     assert sc.accuracy >= 0.97, sc.wrong
     assert sc.none_with_findings == 0
+    assert _below_keywords(files, sc) == {}
     assert markdown_table(sc) in (ROOT / "README.md").read_text(encoding="utf-8")
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "tests" / "corpus", copy / "tests" / "corpus")
