@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 # The components a diagnosis reports (`versions` in the JSON) and the others playbooks may test.
 REPORTED = ("nccl", "cuda", "torch", "aws_ofi_nccl", "libfabric", "efa_installer", "driver")
-COMPONENTS = (*REPORTED, "driver_cuda")
+COMPONENTS = (*REPORTED, "driver_cuda", "kernel")
 
 
 def parse(v: Any) -> tuple[int, ...] | None:
@@ -35,6 +35,7 @@ class VersionRule:
     id: str
     when: tuple[tuple[str, str, str], ...]   # (component, op, version), all must hold
     text: str                                # what the report says; {component} placeholders
+    warn: bool = True                        # a problem the weekly report lists; False: a variable became unneeded
 
     def holds(self, versions: Mapping[str, Any]) -> bool | None:
         if any(not versions.get(c) for c, _, _ in self.when):
@@ -49,6 +50,13 @@ RULES: tuple[VersionRule, ...] = (
     VersionRule("libfabric_old", (("libfabric", "lt", "1.17"),), "libfabric {libfabric} is older than 1.17"),
     VersionRule("ofi_needs_provider", (("aws_ofi_nccl", "le", "1.5.0"),),
                 "aws-ofi-nccl {aws_ofi_nccl} needs FI_PROVIDER=efa and NCCL_PROTO=simple; upgrade it"),
+    # where a variable of the table stops being needed (steps to remove it test these)
+    VersionRule("device_rdma_default", (("libfabric", "ge", "1.18.0"), ("aws_ofi_nccl", "ge", "1.7.0")),
+                "libfabric {libfabric} and aws-ofi-nccl {aws_ofi_nccl} enable device RDMA themselves", warn=False),
+    VersionRule("fork_safe_unneeded", (("kernel", "ge", "5.15"),),
+                "kernel {kernel} does not need FI_EFA_FORK_SAFE", warn=False),
+    VersionRule("tuner_plugin_builtin", (("aws_ofi_nccl", "ge", "1.16.3"),),
+                "aws-ofi-nccl {aws_ofi_nccl} loads its tuner without NCCL_TUNER_PLUGIN", warn=False),
 )
 BY_ID = {r.id: r for r in RULES}
 

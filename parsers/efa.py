@@ -154,6 +154,10 @@ _PROVIDER = rx(r"Couldn't find any optimal provider|fi_getinfo(?: failed)?:? ?-6
                r"|Unable to find a protocol that worked|Failed to initiali[sz]e (?:rdma|sendrecv) protocol")
 # aws-ofi-nccl running over libfabric's TCP (or UDP/sockets) provider: the plugin is loaded, but the wire is TCP
 _OFI_TCP = rx(r"(?i)NET/OFI Selected provider is (tcp|sockets|udp)\b")
+# NCCL found no network plugin (every generation: "No plugin found (libnccl-net.so)" up to 2.21 — with or without
+# dlerror — and "Could not find: libnccl-net.so" since 2.22); the cause of a fallback only once one is established
+_NO_PLUGIN = rx(r"NET/Plugin ?: (?:dlerror=.*?)?No plugin found \((libnccl-net[^)]*)\)"
+                r"|NET/Plugin: Could not find: (?:\S+ )*?(libnccl-net[\w.-]*?)\.? Using internal")
 _NNODES = rx(r"\bnNodes (\d+)\b")
 _EFA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200")
 
@@ -164,7 +168,8 @@ class TransportParser(Parser):
                 "via NET/Socket", "NET/IB", "NET/OFI", "ibv_open_device", "P2P plugin", "Loaded net plugin", "Plugin Path",
                 "NCCL_IB_DISABLE", "platform", "FI_PROVIDER", "provider_filter", "optimal provider", "fi_getinfo",
                 "valid provider", "output empty list", "No provider", "OFI NCCL failure", "find a provider", "find any provider",
-                "eligible providers", "protocol that worked", "e rdma protocol", "e sendrecv protocol", "nNodes")
+                "eligible providers", "protocol that worked", "e rdma protocol", "e sendrecv protocol", "nNodes",
+                "No plugin found", "Could not find: ")
 
     def __init__(self) -> None:
         self.sock_ev = EvidenceBox()
@@ -179,9 +184,15 @@ class TransportParser(Parser):
         self.ofi_tcp = 0   # lines where aws-ofi-nccl picked a TCP-type libfabric provider
         self.net_channels = 0   # "via NET/Socket" channel lines: NCCL only uses a NET transport between nodes
         self.nodes: int | None = None
+        self.no_plugin: tuple[int, str, str] | None = None   # (line, text, library) of "no network plugin"
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
+        if self.no_plugin is None and "lugin" in t:
+            p = search(_NO_PLUGIN, t)
+            if p:
+                self.no_plugin = (hit.no, t, p.group(1) or p.group(2))
+                return
         h = host_of(t)
         n = search(_NNODES, t)
         if n:
@@ -265,6 +276,11 @@ class TransportParser(Parser):
         if self.ofi_tcp == self.socket_lines and not reasons & {"multi_node", "efa_instance"}:
             return None   # the plugin picked TCP on one node without EFA: nothing crosses the network anyway
         f: dict[str, Any] = {"expected_because": sorted(reasons)}
+        aws = bool(reasons & {"efa_instance", "efa_platform", "efa_provider", "ofi_init_failed"}) or self.ofi_tcp
+        if self.no_plugin and not aws and "ib_disabled" not in reasons:
+            aws = "multi_node" in reasons and not reasons & {"ib_no_device", "ib_open_failed", "ib_plugin"}
+        if self.no_plugin and aws:
+            f["net_plugin_missing"] = self.no_plugin[2]
         if self.ifaces:
             f["socket_interfaces"] = sorted(self.ifaces)
         if only_socket:
@@ -272,7 +288,8 @@ class TransportParser(Parser):
         if self.rdma_hosts:
             f["rdma_hosts"] = sorted(self.rdma_hosts)
         cause = ("aws-ofi-nccl runs on libfabric's TCP provider because no EFA provider was usable"
-                 if self.ofi_tcp else "InfiniBand was switched off (NCCL_IB_DISABLE=1), so data goes over IPoIB sockets"
+                 if self.ofi_tcp else f"NCCL could not load the network plugin ({f['net_plugin_missing']}), so it used "
+                 "its internal socket transport" if "net_plugin_missing" in f else "InfiniBand was switched off (NCCL_IB_DISABLE=1), so data goes over IPoIB sockets"
                  if "ib_disabled" in reasons else "aws-ofi-nccl failed to initialise" if "ofi_init_failed" in reasons
                  else "no InfiniBand device was usable" if reasons & {"ib_no_device", "ib_open_failed"}
                  else "no EFA provider" if "efa_provider" in reasons else "no RDMA transport was picked up")
@@ -281,6 +298,10 @@ class TransportParser(Parser):
         if self.rdma_hosts and only_socket:
             title += f"; {len(only_socket)} host(s) fell back while others use RDMA"
         ev = sorted(self.expect_ev.items + self.sock_ev.items, key=lambda e: e.line)[:5]
+        if "net_plugin_missing" in f:   # the dlerror line is the evidence of the cause
+            box = EvidenceBox()
+            box.add(self.no_plugin[0], self.no_plugin[1])
+            ev = sorted(box.items + ev[:4], key=lambda e: e.line)
         return Finding(symptom="tcp_fallback", rule="tcp_fallback.socket_data_path", title=title, severity="error",
                        confidence=0.9 if reasons - {"efa_platform"} else 0.7, evidence=ev, facts=f,
                        first_line=min((e.line for e in ev), default=0))

@@ -53,11 +53,27 @@ class Checker:
             if problem:
                 return f"{field}: {problem}"
         for j, step in enumerate(pb["steps"]):
+            for k, ch in enumerate(step["changes"]):
+                problem = _from_problem(ch["from_"])
+                if problem:
+                    return f"{where}.steps[{j}].changes[{k}].from: {problem}"
             for cite in step["cite"]:
                 if cite not in self._cites():
                     return (f"{where}.steps[{j}].cite: '{cite}' is not a runbook section"
                             f"{_hint(cite, self._cites())}")
         return None
+
+
+def _from_problem(value: Any) -> str | None:
+    """A change's `from` says what the job has now, so it can only be read from the log: {ref: job.x} (or facts.x,
+    or a value computed from one) with no default. A literal or a default would show a playbook's guess as if the log said it."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return f"'{value}' is not read from the log; use {{ref: job.<setting>}} or leave `from` out"
+    if value["default"] is not None:
+        return f"a default ({value['default']}) would be shown as the job's current value; leave it out"
+    return None
 
 
 def _paths(pb: dict[str, Any], where: str) -> Iterator[tuple[str, str]]:

@@ -117,7 +117,8 @@ def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], b
     steps: list[Step] = []
     seen: set[str] = set()
     given: set[tuple] = set()   # changes an earlier step of this answer already recommends
-    for book in books:
+    # the root cause's own steps first; environment hygiene (`cleanup: true` playbooks) after all of them
+    for book in sorted(books, key=lambda b: b.playbook.get("cleanup", False)):
         pb = book.playbook
         symptoms = pb["symptom"] if isinstance(pb["symptom"], list) else [pb["symptom"]]
         if finding.symptom not in symptoms or not _all(pb["when"], scope):

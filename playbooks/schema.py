@@ -72,6 +72,7 @@ class StepSpec(_M):
 class Playbook(_M):
     symptom: str | list[str]
     when: list[Condition] = []
+    cleanup: bool = False           # environment hygiene: its steps come after every root-cause step
     steps: list[StepSpec] = Field(min_length=1)
 
 

@@ -140,7 +140,7 @@ def _versions(r: ReportData, rows: list[dict], docs: dict[int, dict]) -> None:
                 seen[comp][val].append(row["id"])
         v = doc.get("versions") or {}
         for rule in V.RULES:
-            if rule.holds(v):
+            if rule.warn and rule.holds(v):
                 r.version_warnings.append({"ids": [row["id"]], "text": rule.text.format(**v)})
     r.versions = {k: dict(v) for k, v in sorted(seen.items())}
 

@@ -20,6 +20,9 @@ _VERSION_RULES: tuple[tuple[str, tuple[str, ...], Any], ...] = (
     ("cuda", ("CUDA Version", "CUDA runtime", "compilation tools"),
      rx(r"(?:CUDA Version\s*:|CUDA runtime version:?|Cuda compilation tools, release)\s*(\d+\.\d+)")),
     ("torch", ("torch", "PyTorch"), rx(r"(?:\btorch|PyTorch)(?: version)?\s*(?:\.{2,}|[:=]+|is)?\s*v?(\d+\.\d+\.\d+)(?:\+cu(\d+))?")),
+    # dmesg's "Linux version", `uname -a`, and the "Platform: Linux-5.15.0-…" line of environment reports
+    ("kernel", ("Linux",), rx(r"Linux version (\d+\.\d+\.\d+)|Platform:?\s*Linux-(\d+\.\d+\.\d+)"
+                             r"|^Linux \S+ (\d+\.\d+\.\d+)-\S* #\d")),
     ("efa_installer", ("EFA installer", "efa-installer"),
      rx(r"EFA installer version:?\s*(\d+\.\d+\.\d+)|aws-efa-installer-(\d+\.\d+\.\d+)")),
 )
@@ -43,6 +46,7 @@ class ContextCollector(Collector):
         "torch", "PyTorch", "EFA installer", "efa-installer", " ....", "train_micro_batch_size_per_gpu", "zero_optimization_stage", "--", '"train_micro_batch_size_per_gpu"',
         '"gradient_clipping"', '"initial_scale_power"', "number of parameters", "trainable parameters",
         "Total params", "total parameters", "nranks", "NCCL_", "FI_", "RDMAV_", "PYTORCH_CUDA_", "world_size", "world size", "WORLD_SIZE", "xlarge", "platform",
+        "Linux",
     )
 
     # NCCL INFO logs are mostly communicator set-up; their "comm 0x… rank N nranks M" lines are read chunk-wide.
