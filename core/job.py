@@ -17,11 +17,17 @@ SETTINGS: dict[str, type] = {
     "distributed_timeout_minutes": int, "zero_stage": int, "zero_optimization_stage": int, "initial_loss_scale": float,
     "data_parallel_size": int, "world_size": int, "layernorm_epsilon": float, "use_distributed_optimizer": bool,
     "train_micro_batch_size_per_gpu": int, "gradient_clipping": float, "initial_scale_power": int,
-    "expert_model_parallel_size": int, "seq_length": int,
+    "expert_model_parallel_size": int, "seq_length": int, "gradient_accumulation_steps": int,
+    # the HF Trainer's and Lightning's names
+    "per_device_train_batch_size": int, "max_grad_norm": float, "learning_rate": float, "gradient_checkpointing": bool,
+    "accumulate_grad_batches": int, "gradient_clip_val": float,
 }
 # Several spellings of one setting, stored under one key.
 ALIASES = {"zero_optimization_stage": "zero_stage", "train_micro_batch_size_per_gpu": "micro_batch_size",
-           "checkpoint_activations": "recompute_activations", "gradient_clipping": "clip_grad"}
+           "checkpoint_activations": "recompute_activations", "gradient_clipping": "clip_grad",
+           "per_device_train_batch_size": "micro_batch_size", "max_grad_norm": "clip_grad", "learning_rate": "lr",
+           "gradient_checkpointing": "recompute_activations", "accumulate_grad_batches": "gradient_accumulation_steps",
+           "gradient_clip_val": "clip_grad"}
 
 # Megatron-style flag (without the dashes) -> key
 FLAG_TO_KEY = {
@@ -34,15 +40,18 @@ FLAG_TO_KEY = {
     "checkpoint-activations": "recompute_activations", "fp16": "fp16", "bf16": "bf16",
     "distributed-timeout-minutes": "distributed_timeout_minutes", "expert-model-parallel-size": "expert_model_parallel_size",
     "use-distributed-optimizer": "use_distributed_optimizer", "recompute-granularity": "recompute_granularity",
+    # HF Trainer command lines
+    "per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "max_grad_norm": "clip_grad", "learning_rate": "lr", "gradient_checkpointing": "recompute_activations",
 }
 # DeepSpeed config path -> key
 CONFIG_TO_KEY = {"zero_optimization.stage": "zero_stage", "train_micro_batch_size_per_gpu": "micro_batch_size",
-                 "gradient_clipping": "clip_grad"}
+                 "gradient_clipping": "clip_grad", "gradient_accumulation_steps": "gradient_accumulation_steps"}
 
 # Keys the engine adds beside the settings: environment variables seen, hosts, world size, instance family, and
 # the parameter count; then the memory math derived from the parameter count.
 ENV = "env"
-CONTEXT_KEYS = (ENV, "hosts", "world_size", "instance_family", "parameters")
+CONTEXT_KEYS = (ENV, "hosts", "world_size", "instance_family", "parameters", "framework", "sharding_engine")
 DERIVED_KEYS = ("model_state_gib_fp32_adam", "model_state_gib_mixed_adam", "min_gpus_80gb")
 KEYS: frozenset[str] = frozenset(
     {ALIASES.get(k, k) for k in SETTINGS} | set(CONTEXT_KEYS) | set(DERIVED_KEYS))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Iterator
 
+from core import frameworks as FW
 from core import job as J
 from core import symptoms as S
 from core import versions as V
@@ -54,6 +55,9 @@ class Checker:
                 return f"{field}: {problem}"
         for j, step in enumerate(pb["steps"]):
             for k, ch in enumerate(step["changes"]):
+                if ch["kind"] == "setting" and ch["name"] not in FW.VOCAB:
+                    return (f"{where}.steps[{j}].changes[{k}].name: unknown setting '{ch['name']}'"
+                            f"{_hint(ch['name'], FW.VOCAB)}")
                 problem = _from_problem(ch["from_"])
                 if problem:
                     return f"{where}.steps[{j}].changes[{k}].from: {problem}"

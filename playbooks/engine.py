@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from core import frameworks as FW
 from core import job as J
 from core import versions as V
 from core.models import Change, Finding, Step
@@ -128,7 +129,7 @@ def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], b
                 continue
             seen.add(spec["id"])
             changes = [c for c in (_change(c, scope) for c in spec["changes"] if _all(c["when"], scope))
-                       if _useful(c, given)]
+                       if c is not None and _useful(c, given)]
             text = spec["text_ko"] if lang == "ko" and spec["text_ko"] else spec["text"]
             steps.append(Step(id=spec["id"], owner=spec["owner"], text=_fill(text, scope), changes=changes,
                               cite=list(spec["cite"])))
@@ -164,6 +165,8 @@ def _holds(c: dict[str, Any], scope: dict[str, Any]) -> bool:
         return v is None
     if op == "nonempty":
         return bool(v)
+    if op == "nin":   # not one of these, or not shown at all
+        return v is None or v not in c["value"]
     if v is None:
         return False
     want = c["value"]
@@ -210,9 +213,19 @@ def _value(spec: Any, scope: dict[str, Any]) -> Any:
     return out
 
 
-def _change(c: dict[str, Any], scope: dict[str, Any]) -> Change:
-    return Change(kind=c["kind"], name=_fill(c["name"], scope), to=_value(c["to"], scope),
-                  from_=_value(c["from_"], scope), note=c["note"])
+def _change(c: dict[str, Any], scope: dict[str, Any]) -> Change | None:
+    to, from_ = _value(c["to"], scope), _value(c["from_"], scope)
+    if c["kind"] != "setting":
+        return Change(kind=c["kind"], name=_fill(c["name"], scope), to=to, from_=from_, note=c["note"])
+    job = scope["job"]
+    own = FW.name_for(c["name"], job.get("framework"), job.get("sharding_engine"))
+    if own is None:
+        return None   # this framework has no such setting
+    if own.value is not None:
+        to = own.value(to)
+        from_ = None if isinstance(from_, bool) else from_   # a generic on/off is not the framework's literal
+    note = "; ".join(n for n in (c["note"], own.note) if n) or None
+    return Change(kind=own.kind, name=own.name, to=to, from_=from_, note=note)
 
 
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from playbooks.check import COMPUTE_OPS
 
 Scalar = Union[str, int, float, bool]
-Op = Literal["exists", "missing", "eq", "ne", "lt", "le", "gt", "ge", "in", "contains", "nonempty"]
+Op = Literal["exists", "missing", "eq", "ne", "lt", "le", "gt", "ge", "in", "nin", "contains", "nonempty"]
 
 
 class _M(BaseModel):
@@ -51,7 +51,7 @@ class Compute(_M):
 
 
 class ChangeSpec(_M):
-    kind: Literal["env", "flag", "config", "command"]
+    kind: Literal["env", "flag", "config", "command", "setting"]   # setting: a concept, named per framework
     name: str
     to: Scalar | Compute | None = None
     from_: Scalar | Compute | None = Field(default=None, alias="from")

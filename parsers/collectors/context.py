@@ -28,8 +28,12 @@ _VERSION_RULES: tuple[tuple[str, tuple[str, ...], Any], ...] = (
 )
 
 _ARG_DUMP = rx(r"^\s*(?:\[[^\]]*\]:?\s*)*(?:\S+\]\s+)?(\w+)\s(?:\.{2,}\s|\s+)(\S+)\s*$")
-_JSON_KV = rx(r'"(train_micro_batch_size_per_gpu|gradient_clipping|initial_scale_power|reduce_bucket_size)"\s*:\s*([\d.eE+-]+)')
-_FLAG = rx(r"(?<!\S)--([a-z][a-z0-9-]+)(?:[ =]([^\s-][^\s]*|-?\d[^\s]*))?")
+_JSON_KV = rx(r'"(train_micro_batch_size_per_gpu|gradient_clipping|initial_scale_power|reduce_bucket_size'
+              r'|gradient_accumulation_steps)"\s*:\s*([\d.eE+-]+)')
+# the HF Trainer's TrainingArguments(...) dump: one "key=value," per line
+_KV = rx(r"^\s*(per_device_train_batch_size|gradient_accumulation_steps|max_grad_norm|learning_rate"
+         r"|gradient_checkpointing|bf16|fp16)=([^,\s]+),?\s*$")
+_FLAG = rx(r"(?<!\S)--([a-z][a-z0-9_-]+)(?:[ =]([^\s-][^\s]*|-?\d[^\s]*))?")
 _PARAMS = rx(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)"
              r"|(?:Number of trainable parameters|Total params|total parameters)\s*[=:]\s*([\d,]+)")
 _ENV = rx(r"\b((?:NCCL|FI|RDMAV|TORCH_NCCL|PYTORCH_CUDA)_[A-Z0-9_]+)(?:=| set by environment to )([^\s,;'\"]+)")
@@ -46,7 +50,7 @@ class ContextCollector(Collector):
         "torch", "PyTorch", "EFA installer", "efa-installer", " ....", "train_micro_batch_size_per_gpu", "zero_optimization_stage", "--", '"train_micro_batch_size_per_gpu"',
         '"gradient_clipping"', '"initial_scale_power"', "number of parameters", "trainable parameters",
         "Total params", "total parameters", "nranks", "NCCL_", "FI_", "RDMAV_", "PYTORCH_CUDA_", "world_size", "world size", "WORLD_SIZE", "xlarge", "platform",
-        "Linux",
+        "Linux", "_size=", "_steps=", "_norm=", "learning_rate=", "checkpointing=", "bf16=", "fp16=",
     )
 
     # NCCL INFO logs are mostly communicator set-up; their "comm 0x… rank N nranks M" lines are read chunk-wide.
@@ -113,6 +117,10 @@ class ContextCollector(Collector):
         if " ...." in t or "_per_gpu " in t or "_stage " in t:
             m = search(_ARG_DUMP, strip_prefixes(t))
             if m and m.group(1) in J.SETTINGS:
+                self._set(m.group(1), m.group(2))
+        if "=" in t and "--" not in t:
+            m = search(_KV, strip_prefixes(t))
+            if m:
                 self._set(m.group(1), m.group(2))
         if '"' in t:
             for m in findall(_JSON_KV, t):

@@ -1,0 +1,114 @@
+"""Training frameworks: how a log shows which one ran, and each one's own name for a setting the playbooks change.
+
+A playbook names a setting by concept (`{kind: setting, name: clip_grad}`); the engine turns it into the job's own
+vocabulary — Megatron's `--clip-grad`, DeepSpeed's `gradient_clipping`, the HF Trainer's `--max_grad_norm`,
+Lightning's `gradient_clip_val`, FSDP's `model.clip_grad_norm_` — so the user copies a change that exists in their
+framework. One table, read by the framework collector, the playbook check and the engine."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+MEGATRON, DEEPSPEED, HF, LIGHTNING, FSDP = "megatron", "deepspeed", "hf_trainer", "lightning", "fsdp"
+# When several show (Megatron-DeepSpeed, the HF Trainer or Lightning driving DeepSpeed or FSDP), the settings a
+# user edits belong to the first of these; the sharding engine underneath still decides the sharding vocabulary.
+PRIMARY_ORDER = (MEGATRON, HF, LIGHTNING, DEEPSPEED, FSDP)
+SHARDING_ORDER = (DEEPSPEED, FSDP, MEGATRON)
+LABELS = {MEGATRON: "Megatron", DEEPSPEED: "DeepSpeed", HF: "HF Trainer", LIGHTNING: "Lightning", FSDP: "FSDP"}
+
+# Literal text only that framework prints (paths of its modules, banners, its own log prefixes). Per-step lines
+# ("lm loss:", "[Rank 0] step=") are left out on purpose: they would wake the collector on every line of a long log.
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    MEGATRON: ("megatron/", "megatron.core", "Megatron-LM", "> building GPT model",
+               "------------------------ arguments ------------------------", "number of parameters on (tensor, pipeline)"),
+    DEEPSPEED: ("deepspeed/", "[deepspeed]", "DeepSpeed info: version", "DeepSpeedEngine", "ds_config",
+                "zero_optimization", "DeepSpeed Flops Profiler"),
+    HF: ("transformers/trainer.py", "***** Running training *****", "TrainingArguments(", "per_device_train_batch_size"),
+    LIGHTNING: ("lightning/pytorch/", "pytorch_lightning/", "lightning.pytorch", "lightning_fabric", "`Trainer.fit`",
+                "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES", "Automatic Mixed Precision (AMP)"),
+    FSDP: ("torch/distributed/fsdp/", "FullyShardedDataParallel", "ShardingStrategy.", "fully_shard("),
+}
+
+
+@dataclass(frozen=True)
+class Name:
+    kind: str                                # "flag" or "config"
+    name: str
+    value: Callable[[Any], Any] | None = None   # the framework's literal for a generic value (bf16 True -> "bf16-mixed")
+    note: str | None = None
+
+
+# concept -> framework -> its name. A framework missing from a concept has no such setting: the engine says so.
+VOCAB: dict[str, dict[str, Name]] = {
+    "micro_batch_size": {
+        MEGATRON: Name("flag", "--micro-batch-size"),
+        DEEPSPEED: Name("config", "train_micro_batch_size_per_gpu"),
+        HF: Name("flag", "--per_device_train_batch_size"),
+        LIGHTNING: Name("config", "DataLoader(batch_size=…)", note="the batch size your DataModule gives the DataLoader"),
+        FSDP: Name("config", "DataLoader(batch_size=…)", note="the per-rank batch size"),
+    },
+    "gradient_accumulation_steps": {   # Megatron has none: it derives the micro-batches per step from --global-batch-size
+        DEEPSPEED: Name("config", "gradient_accumulation_steps"),
+        HF: Name("flag", "--gradient_accumulation_steps"),
+        LIGHTNING: Name("config", "Trainer(accumulate_grad_batches=…)"),
+        FSDP: Name("config", "gradient accumulation steps", note="in your training loop (no_sync() on the inner steps)"),
+    },
+    "clip_grad": {
+        MEGATRON: Name("flag", "--clip-grad"),
+        DEEPSPEED: Name("config", "gradient_clipping"),
+        HF: Name("flag", "--max_grad_norm"),
+        LIGHTNING: Name("config", "Trainer(gradient_clip_val=…)"),
+        FSDP: Name("config", "model.clip_grad_norm_(max_norm)", note="FSDP's own method, not torch.nn.utils'"),
+    },
+    "bf16": {
+        MEGATRON: Name("flag", "--bf16"),
+        DEEPSPEED: Name("config", "bf16.enabled", note="and fp16.enabled: false"),
+        HF: Name("flag", "--bf16", note="and drop --fp16"),
+        LIGHTNING: Name("config", "Trainer(precision=…)", value=lambda v: "bf16-mixed" if v is True else v),
+        FSDP: Name("config", "MixedPrecision(param_dtype=…)", value=lambda v: "torch.bfloat16" if v is True else v),
+    },
+    "recompute_activations": {
+        MEGATRON: Name("flag", "--recompute-activations"),
+        DEEPSPEED: Name("config", "activation_checkpointing.partition_activations",
+                        note="with deepspeed.checkpointing.checkpoint around the layers"),
+        HF: Name("flag", "--gradient_checkpointing"),
+        LIGHTNING: Name("config", "FSDPStrategy(activation_checkpointing_policy=…)",
+                        value=lambda v: "{your transformer block class}" if v is True else v),
+        FSDP: Name("config", "apply_activation_checkpointing(model, …)",
+                   value=lambda v: "check_fn=<your transformer block>" if v is True else v),
+    },
+    "lr": {
+        MEGATRON: Name("flag", "--lr"),
+        DEEPSPEED: Name("config", "optimizer.params.lr"),
+        HF: Name("flag", "--learning_rate"),
+        LIGHTNING: Name("config", "the lr in configure_optimizers()"),
+        FSDP: Name("config", "optimizer lr"),
+    },
+    "shard_optimizer": {   # shard optimizer state (and gradients where the engine can) across data-parallel ranks
+        DEEPSPEED: Name("config", "zero_optimization.stage", value=lambda v: 2 if v is True else v),
+        FSDP: Name("config", "ShardingStrategy", value=lambda v: "SHARD_GRAD_OP" if v is True else v),
+        MEGATRON: Name("flag", "--use-distributed-optimizer"),
+        HF: Name("flag", "--fsdp", value=lambda v: "shard_grad_op" if v is True else v),
+        LIGHTNING: Name("config", "Trainer(strategy=…)", value=lambda v: "deepspeed_stage_2" if v is True else v),
+    },
+}
+
+
+def detect(seen: set[str]) -> tuple[str | None, str | None]:
+    """(the framework whose settings the user edits, the one that shards) from the frameworks seen in the log."""
+    primary = next((f for f in PRIMARY_ORDER if f in seen), None)
+    sharding = next((f for f in SHARDING_ORDER if f in seen), None)
+    return primary, sharding
+
+
+def name_for(concept: str, primary: str | None, sharding: str | None) -> Name | None:
+    """The job's own name for a concept, or None when its framework has no such setting. Sharding follows the engine
+    that shards (an HF Trainer job on DeepSpeed shards with ZeRO); everything else follows the primary framework.
+    An unrecognised framework gets Megatron's name with the others in the note."""
+    table = VOCAB[concept]
+    fw = (sharding or primary) if concept == "shard_optimizer" else primary
+    if fw is None:
+        base = table.get(MEGATRON) or next(iter(table.values()))
+        others = "; ".join(f"{LABELS[f]}: {n.name}" for f, n in table.items() if f != MEGATRON)
+        return Name(base.kind, base.name, base.value, f"framework not recognised in the log; {others}")
+    return table.get(fw)

@@ -1,0 +1,32 @@
+"""Which training framework printed the log (Megatron, DeepSpeed, the HF Trainer, Lightning, FSDP), so that advice
+names the settings of that framework (core/frameworks.py). Finds no symptom."""
+from __future__ import annotations
+
+from core import frameworks as F
+from parsers.base import Collector, Context, Hit
+
+_BY_LITERAL = {lit: fw for fw, lits in F.SIGNATURES.items() for lit in lits}
+
+
+class FrameworkCollector(Collector):
+    name = "framework"
+    triggers = tuple(_BY_LITERAL)
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def feed(self, hit: Hit) -> None:
+        if len(self.seen) == len(F.SIGNATURES):
+            return
+        t = hit.text
+        self.seen.update(fw for lit, fw in _BY_LITERAL.items() if fw not in self.seen and lit in t)
+
+    def collect(self, ctx: Context) -> None:
+        primary, sharding = F.detect(self.seen)
+        if primary:
+            ctx.job.setdefault("framework", primary)
+        if sharding and sharding != primary:
+            ctx.job.setdefault("sharding_engine", sharding)
+
+
+COLLECTOR = FrameworkCollector
