@@ -207,6 +207,10 @@ class XidParser(Parser):
 
 
 _SMI_GPU = rx(r"^GPU (\d+): (.+?)(?: \(UUID|$)")
+# NVLink links per GPU when all are up, by model (nvidia-smi's name) and by the instance family that carries it
+_LINKS_BY_MODEL = (("B300", 18), ("GB200", 18), ("B200", 18), ("H200", 18), ("H100", 18), ("A100", 12), ("V100", 6))
+_MODEL_BY_FAMILY = {"p4d": "A100", "p4de": "A100", "p5": "H100", "p5e": "H200", "p5en": "H200", "p6-b200": "B200",
+                    "p6-b300": "B300", "p6e-gb200": "GB200"}
 _SMI_LINK = rx(r"^\s*Link (\d+): (<inactive>|0 GB/s|Inactive|Down)")
 _DCGM_GPU = rx(r"^\s*(gpuId|physicalId) (\d+):")
 _DCGM_STATES = rx(r"^\s*([UDX_](?:\s+[UDX_])*)\s*$")
@@ -232,12 +236,14 @@ class NvlinkParser(Parser):
         self.diag_fail = False
         self.fabric = False
         self.link_error = False
+        self.model = ""
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
         m = search(_SMI_GPU, t)
         if m:
             self.gpu = f"GPU {m.group(1)}"
+            self.model = self.model or m.group(2).strip()
             return
         m = search(_SMI_LINK, t)
         if m and self.gpu:
@@ -283,6 +289,10 @@ class NvlinkParser(Parser):
             f["fabric_down"] = True
         if self.link_error:
             f["link_error"] = True
+        model = self.model or _MODEL_BY_FAMILY.get(str(ctx.job.get("instance_family", "")), "")
+        expected = next((n for key, n in _LINKS_BY_MODEL if key in model), None)
+        if expected:
+            f["gpu_model"], f["expected_links"] = model, expected
         gpus = sorted(self.down)
         kind = "links_down" if n else "dcgm_diag" if self.diag_fail else "fabric" if self.fabric else "link_error"
         title = {"links_down": f"{n} NVLink link(s) down on {', '.join(gpus[:4])}{' and more' if len(gpus) > 4 else ''}",

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from core import frameworks as FW
 from core import job as J
+from core import layout
 from core import versions as V
 from core.models import Change, Finding, Step
 from playbooks.check import COMPUTE_OPS, PLACEHOLDER, Checker
@@ -100,11 +101,12 @@ def _validate(path: Path, raw: bytes) -> dict[str, Any]:
 
 
 def derived_job(job: dict[str, Any]) -> dict[str, Any]:
-    """The runbook's memory math, when the log shows the parameter count."""
+    """The runbook's memory math, when the log shows the parameter count, and the next valid layout sizes."""
     out = dict(job)
+    out.update(layout.derived(job))
     p = job.get("parameters")
     if isinstance(p, (int, float)) and p > 0:
-        fp32, mixed, gpus = J.DERIVED_KEYS
+        fp32, mixed, gpus = J.DERIVED_KEYS[:3]
         out[fp32] = round(p * 16 / 2**30, 1)
         out[mixed] = round(p * 18 / 2**30, 1)
         out[gpus] = math.ceil(p * 18 * 1.5 / (80 * 2**30))
