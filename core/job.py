@@ -52,7 +52,7 @@ CONFIG_TO_KEY = {"zero_optimization.stage": "zero_stage", "train_micro_batch_siz
 # the parameter count; then the memory math derived from the parameter count.
 ENV = "env"
 CONTEXT_KEYS = (ENV, "hosts", "world_size", "instance_family", "parameters", "framework", "sharding_engine")
-DERIVED_KEYS = ("model_state_gib_fp32_adam", "model_state_gib_mixed_adam", "min_gpus_80gb",
+DERIVED_KEYS = ("model_state_gib_fp32_adam", "model_state_gib_mixed_adam", "min_gpus_80gb", "model_state_gib_12_bytes",
                 "next_tensor_model_parallel_size", "next_pipeline_model_parallel_size",
                 "next_virtual_pipeline_model_parallel_size", "min_micro_batches")   # core/layout.py
 KEYS: frozenset[str] = frozenset(

@@ -43,12 +43,14 @@ def next_pp(job: dict[str, Any]) -> int | None:
 
 
 def vpp_for(job: dict[str, Any], pp: int | None) -> int | None:
-    """Two virtual stages per pipeline stage when the stage's layers split evenly in two (and it has at least 4)."""
+    """Legal virtual-pipeline sizes divide the layers of a stage; start in the middle of them (more virtual stages
+    shrink the bubble but add point-to-point traffic). None when the stage cannot be split."""
     layers = _int(job, "num_layers")
     if pp is None or layers is None or layers % pp:
         return None
     per_stage = layers // pp
-    return 2 if per_stage % 2 == 0 and per_stage >= 4 else None
+    legal = [d for d in range(2, per_stage) if per_stage % d == 0]
+    return legal[(len(legal) - 1) // 2] if legal else None
 
 
 def derived(job: dict[str, Any]) -> dict[str, Any]:

@@ -289,8 +289,11 @@ class NvlinkParser(Parser):
             f["fabric_down"] = True
         if self.link_error:
             f["link_error"] = True
-        model = self.model or _MODEL_BY_FAMILY.get(str(ctx.job.get("instance_family", "")), "")
+        model = self.model
         expected = next((n for key, n in _LINKS_BY_MODEL if key in model), None)
+        if expected is None:   # the GPU is not named: the instance family says which one it carries
+            model = _MODEL_BY_FAMILY.get(str(ctx.job.get("instance_family", "")), "")
+            expected = next((n for key, n in _LINKS_BY_MODEL if key in model), None)
         if expected:
             f["gpu_model"], f["expected_links"] = model, expected
         gpus = sorted(self.down)

@@ -106,7 +106,8 @@ def derived_job(job: dict[str, Any]) -> dict[str, Any]:
     out.update(layout.derived(job))
     p = job.get("parameters")
     if isinstance(p, (int, float)) and p > 0:
-        fp32, mixed, gpus = J.DERIVED_KEYS[:3]
+        fp32, mixed, gpus, twelve = J.DERIVED_KEYS[:4]
+        out[twelve] = round(p * 12 / 2**30, 1)
         out[fp32] = round(p * 16 / 2**30, 1)
         out[mixed] = round(p * 18 / 2**30, 1)
         out[gpus] = math.ceil(p * 18 * 1.5 / (80 * 2**30))

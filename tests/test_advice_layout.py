@@ -38,7 +38,8 @@ def test_next_tensor_size_stays_in_the_node_and_divides_the_world(job, tp):
     assert layout.next_tp(job) == tp
 
 
-@pytest.mark.parametrize("layers,pp,vpp", [(36, 9, 2), (36, 12, None), (32, 8, 2), (24, 8, None), (None, 4, None)])
+@pytest.mark.parametrize("layers,pp,vpp", [(36, 9, 2), (36, 12, None), (32, 8, 2), (24, 8, None), (None, 4, None),
+                                            (24, 4, 2), (48, 4, 3), (36, 4, 3)])
 def test_virtual_stages_divide_the_layers_of_a_stage(layers, pp, vpp):
     assert layout.vpp_for({"num_layers": layers} if layers else {}, pp) == vpp
 
