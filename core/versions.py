@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 # The components a diagnosis reports (`versions` in the JSON) and the others playbooks may test.
-REPORTED = ("nccl", "cuda", "torch", "aws_ofi_nccl", "libfabric", "efa_installer", "driver")
-COMPONENTS = (*REPORTED, "driver_cuda", "kernel")
+REPORTED = ("nccl", "cuda", "torch", "aws_ofi_nccl", "libfabric", "efa_installer", "driver", "kernel")
+COMPONENTS = (*REPORTED, "driver_cuda")
 
 
 def parse(v: Any) -> tuple[int, ...] | None:
