@@ -86,6 +86,9 @@ _REGISTRY: tuple[Symptom, ...] = (
     Symptom("slow_input", "slow", "warning", 13, "Training waits on input data", "입력 데이터를 기다리느라 느린 학습",
             ("input_share_pct", "input_row", "profile_total_ms", "steps_read", "worst_step_input_pct"),
             title_ko_format="학습이 입력 데이터를 기다림: 데이터 로딩이 시간의 {input_share_pct}%를 차지"),
+    Symptom("low_gpu_util", "slow", "warning", 14, "GPUs are underused", "GPU 활용률 저조",
+            ("gpu_model", "gpus", "mfu_pct", "peak_tflops", "readings", "samples", "tflops_per_gpu", "util_pct"),
+            title_ko_format="GPU가 제 성능을 내지 못함: MFU나 활용률이 목표보다 낮음"),
 )
 
 SYMPTOMS: Mapping[str, Symptom] = MappingProxyType({s.id: s for s in _REGISTRY})

@@ -1,0 +1,57 @@
+"""low_gpu_util (issue 15): MFU and TFLOP/s lines of several trainers and nvidia-smi samples; the near-misses —
+an idle GPU, a healthy MFU, a small model on a GPU the log does not name, too few samples — stay quiet."""
+import pytest
+
+TITAN = "[rank0]:[titan] - root - INFO - step: {i}  loss:  8.4  memory: 44.90GiB(56.70%)  tps: 1,211  tflops: {tf}  mfu: {m}%"
+MEGATRON = (" iteration {i}/ 20000 | elapsed time per iteration (ms): 11201.7 | throughput per GPU (TFLOP/s/GPU): {tf} |"
+            " lm loss: 6.9E+00 |")
+DMON = ("# gpu    pwr  gtemp  mtemp     sm    mem    enc    dec   mclk   pclk\n"
+        "# Idx      W      C      C      %      %      %      %    MHz    MHz\n")
+
+
+def _lines(fmt, values, **kw):
+    return "\n".join(fmt.format(i=i * 10, **{k: v[n] for k, v in kw.items()}, tf=values[n], m=values[n])
+                     for n, i in enumerate(range(1, len(values) + 1))) + "\n"
+
+
+@pytest.mark.parametrize("text,facts", [
+    (_lines(TITAN, [1.9, 7.2, 7.3, 7.1]), {"mfu_pct": 7.2, "readings": 3}),
+    ("iter 0: loss 10.98, time 21830.40ms, mfu -100.00%\niter 10: loss 9.81, time 1402.11ms, mfu 7.62%\n"
+     "iter 20: loss 9.14, time 1398.76ms, mfu 7.63%\n", {"mfu_pct": 7.62}),
+    ("\n".join(f"[batch={b}/4800]:\n\t Train throughput/device/mfu: 0.09{b % 7}" for b in (100, 110, 120)) + "\n",
+     {"readings": 2}),
+    ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n" + _lines(MEGATRON, [139.8, 140.1, 139.9]),
+     {"tflops_per_gpu": 140.0, "gpu_model": "H100", "peak_tflops": 989.0}),
+    (_lines(MEGATRON, [20.1, 20.0, 20.1]), {"peak_tflops": 312.0}),      # unnamed GPU, far below any datacenter peak
+    ("x NCCL INFO NET/OFI Running on p4d.24xlarge platform\n" + _lines(MEGATRON, [60.2, 61.0, 60.7]),
+     {"gpu_model": "A100"}),                                              # the instance names the GPU
+])
+def test_low_mfu_fires_with_its_facts(run, text, facts):
+    f = run(text).findings[0]
+    assert (f.symptom, f.rule) == ("low_gpu_util", "low_gpu_util.mfu")
+    assert {k: f.facts[k] for k in facts} == facts
+
+
+def test_low_sm_util_from_dmon_and_csv(run):
+    dmon = run(DMON + "".join(f"    {g}    180     41     48     {u}      9      0      0   2619   1980\n"
+                              for g, u in ((0, 27), (1, 31), (0, 22), (1, 38))))
+    csv = run("index, utilization.gpu [%], memory.used [MiB]\n0, 34 %, 71204 MiB\n1, 29 %, 71188 MiB\n"
+              "0, 41 %, 71204 MiB\n")
+    assert dmon.findings[0].facts == {"util_pct": 29.0, "samples": 4, "gpus": 2}
+    assert csv.findings[0].facts["util_pct"] == 34.0 and csv.findings[0].rule == "low_gpu_util.samples"
+
+
+QUIET = [
+    _lines(TITAN, [40.8, 41.1, 41.3]),                                   # healthy MFU
+    _lines(MEGATRON, [0.0, 61.2, 61.9, 61.8]),                           # small model, GPU not named: no verdict
+    DMON + "    0     43     48     45      0      1      0      0   3505    936\n" * 4,   # idle GPU: every SM 0
+    DMON + "    0    611     58     66     99     61      0      0   2619   1980\n" * 4,   # busy
+    DMON + "    0    180     41     48     27      9      0      0   2619   1980\n" * 2,   # two samples only
+    "iter 10: loss 9.81, time 1402.11ms, mfu 7.62%\n",                  # one reading
+    "We reached 41% MFU: see https://example.org/mfu-notes\n",          # prose
+]
+
+
+@pytest.mark.parametrize("text", QUIET, ids=[f"quiet-{i}" for i in range(len(QUIET))])
+def test_near_misses_stay_quiet(run, text):
+    assert [f.symptom for f in run(text).findings] == []
