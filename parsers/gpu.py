@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import instances as I
 from core.models import Finding
 from parsers.base import Context, Hit, Parser, rx, search
 
@@ -209,8 +210,6 @@ class XidParser(Parser):
 _SMI_GPU = rx(r"^GPU (\d+): (.+?)(?: \(UUID|$)")
 # NVLink links per GPU when all are up, by model (nvidia-smi's name) and by the instance family that carries it
 _LINKS_BY_MODEL = (("B300", 18), ("GB200", 18), ("B200", 18), ("H200", 18), ("H100", 18), ("A100", 12), ("V100", 6))
-_MODEL_BY_FAMILY = {"p4d": "A100", "p4de": "A100", "p5": "H100", "p5e": "H200", "p5en": "H200", "p6-b200": "B200",
-                    "p6-b300": "B300", "p6e-gb200": "GB200"}
 _SMI_LINK = rx(r"^\s*Link (\d+): (<inactive>|0 GB/s|Inactive|Down)")
 _DCGM_GPU = rx(r"^\s*(gpuId|physicalId) (\d+):")
 _DCGM_STATES = rx(r"^\s*([UDX_](?:\s+[UDX_])*)\s*$")
@@ -292,7 +291,7 @@ class NvlinkParser(Parser):
         model = self.model
         expected = next((n for key, n in _LINKS_BY_MODEL if key in model), None)
         if expected is None:   # the GPU is not named: the instance family says which one it carries
-            model = _MODEL_BY_FAMILY.get(str(ctx.job.get("instance_family", "")), "")
+            model = I.GPU_BY_FAMILY.get(str(ctx.job.get("instance_family", "")), "")
             expected = next((n for key, n in _LINKS_BY_MODEL if key in model), None)
         if expected:
             f["gpu_model"], f["expected_links"] = model, expected

@@ -237,8 +237,11 @@ class Scanner:
                 hit._after.append(buf[p:q][:MAX_TEXT])
                 need -= 1
                 p = q + 1
-            if need:
-                self._pending.append((hit, who, need))
+            if need:   # the file or chunk ended first: readers that have what they need get the hit now, in order
+                ready = tuple(i for i in who if self.parsers[i].after <= na - need)
+                if ready:
+                    self._dispatch(hit, ready)
+                self._pending.append((hit, tuple(i for i in who if i not in ready), need))
             else:
                 self._dispatch(hit, who)
         self.lines = start_no + buf.count(b"\n")

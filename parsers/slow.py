@@ -7,8 +7,10 @@
   is total data time over total step time across the lines read."""
 from __future__ import annotations
 
+from core import instances as I
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, findall, rx, search
+from parsers.base import Context, Hit, Parser, findall, rx, search, strip_prefixes
+from parsers.collectors.nccl_tests import NCCL_TESTS_ROW, TYPE_TRIGGERS
 
 INPUT_BAD_PCT = 25.0   # a quarter of the step spent fetching data is a bottleneck worth the first look
 
@@ -186,10 +188,7 @@ class MegatronTimerParser(Parser):
 MFU_LOW_PCT = 25.0      # dense BF16 MFU under a quarter of peak is low; 30-45% is normal for LLM training
 UNNAMED_GPU_LOW_PCT = 8.0   # TFLOP/s on a GPU the log does not name: only a shortfall no datacenter GPU explains
 UTIL_LOW_PCT = 70.0     # the seeds' target: GPU utilisation at least 70%
-PEAK_TFLOPS = (("B300", 2250.0), ("GB200", 2250.0), ("B200", 2250.0), ("H200", 989.0), ("H100", 989.0),
-               ("A100", 312.0), ("A10G", 125.0), ("L40S", 362.0), ("A10", 125.0))
-PEAK_BY_FAMILY = {"p4d": "A100", "p4de": "A100", "p5": "H100", "p5e": "H200", "p5en": "H200", "p6-b200": "B200",
-                  "p6-b300": "B300", "g5": "A10G"}
+_DASHES = rx(r"-{3,}")
 _MFU = rx(r"(?i)(?:\bmfu[:=]?\s+|throughput/device/mfu:\s*|\[MFU:\s*)(-?[\d.]+)(%)?|(-?[\d.]+)% bf16 MFU")
 _TFLOPS = rx(r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)|\btflops:\s*([\d,.]+)")
 _GPU_NAME = rx(r"NVIDIA (?:[A-Z]\w*\s)?([ABGHL]\d{2,3}\w*)")
@@ -199,8 +198,8 @@ _CSV_HEAD = rx(r"utilization\.gpu \[%\]")
 
 def _peak(gpu: str, ctx: Context) -> tuple[str, float | None]:
     """The GPU's dense BF16 peak, from its name in the log or the instance family."""
-    name = gpu or PEAK_BY_FAMILY.get(str(ctx.job.get("instance_family", "")), "")
-    return name, next((p for key, p in PEAK_TFLOPS if key in name), None)
+    name = gpu or I.GPU_BY_FAMILY.get(str(ctx.job.get("instance_family", "")), "")
+    return name, I.peak_tflops(name)
 
 
 def _median(values: list[float]) -> float:
@@ -311,4 +310,77 @@ class UtilSamplesParser(Parser):
                         confidence=0.65, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
 
 
-PARSERS = (InputParser, StepTimingParser, MegatronTimerParser, UtilParser, UtilSamplesParser)
+# slow_comm: the collectives run far below what the fabric carries — nccl-tests bus bandwidth at large messages
+# against the instance's expected figure, or NCCL kernels holding a large share of a profile's CUDA time.
+COMM_SHARE_BAD_PCT = 40.0
+MIN_JUDGED_BYTES = 64 << 20   # small messages are latency-bound: judge on large ones, never on the average
+_RING_OPS = ("all_reduce", "reduce_scatter", "all_gather")   # busbw comparable with the expected table
+
+
+class CommParser(Parser):
+    name = "slow_comm"
+    triggers = ("Self CUDA %", *TYPE_TRIGGERS)
+    before = 1
+    after = 60
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.row_text: dict[int, str] = {}
+        self.reducing = False   # a reduction op in the rows: all_reduce or reduce_scatter when the tool is not named
+        self.share = 0.0
+        self.top: tuple[float, str] = (0.0, "")
+        self.header: tuple[int, str] | None = None
+
+    def feed(self, hit: Hit) -> None:
+        t = hit.text
+        if "Self CUDA %" not in t:
+            m = search(NCCL_TESTS_ROW, strip_prefixes(t))
+            if m:
+                self.row_text[hit.no] = t
+                self.reducing = self.reducing or m.group(4) != "none"
+            return
+        spans = [m.span() for m in findall(_DASHES, hit.before[-1])] if hit.before else []
+        cols = [t[a:b].strip() for a, b in spans]
+        if "Self CUDA %" not in cols:
+            return
+        k, self.header, seps = cols.index("Self CUDA %"), (hit.no, t), 0
+        for row in hit.after:
+            if row.startswith("---"):
+                seps += 1
+                if seps == 2:
+                    break
+                continue
+            name, pct = row[spans[0][0]:spans[0][1]].strip(), row[spans[k][0]:spans[k][1]].strip().rstrip("%")
+            if name.startswith("nccl") and "Kernel" in name and pct.replace(".", "", 1).isdigit():
+                self.share += float(pct)
+                self.top = max(self.top, (float(pct), name))
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        for b in ctx.benchmarks:
+            exp = I.expected_busbw(b.get("instance"), b.get("nodes"))
+            op = b.get("op") if b.get("op") != "unknown" else "all_reduce" if self.reducing else None
+            if op not in _RING_OPS or not exp or b["max_size_bytes"] < MIN_JUDGED_BYTES \
+                    or b["max_size_busbw"] >= I.BUSBW_OK * exp:
+                continue
+            row = max(b["rows"], key=lambda r: r["size_bytes"])
+            self.ev.add(row["line"], self.row_text.get(row["line"], f"{row['size_bytes']} bytes: busbw {row['busbw']}"))
+            where = f"{b['nodes']} x {b['instance']}" if (b.get("nodes") or 1) > 1 else f"one {b['instance']} node"
+            facts = {"op": b["op"] if b["op"] != "unknown" else "all_reduce or reduce_scatter", "busbw_gbps": b["max_size_busbw"], "expected_gbps": exp,
+                     "ratio_pct": round(100 * b["max_size_busbw"] / exp, 1), "message_bytes": b["max_size_bytes"],
+                     "nodes": b.get("nodes") or 1, "instance": b["instance"]}
+            title = (f"{facts['op']} reaches {b['max_size_busbw']:g} GB/s bus bandwidth at {b['max_size_bytes'] >> 20} MiB on "
+                     f"{where}, {facts['ratio_pct']:g}% of the ~{exp:g} GB/s its fabric should carry")
+            return [Finding(symptom="slow_comm", rule="slow_comm.nccl_tests", title=title, severity="warning",
+                            confidence=0.8, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
+        if self.header and self.share > COMM_SHARE_BAD_PCT:
+            self.ev.add(*self.header)
+            title = (f"NCCL kernels hold {self.share:.1f}% of the profiled CUDA time: the step waits on communication "
+                     f"(largest: {self.top[1][:60]})")
+            return [Finding(symptom="slow_comm", rule="slow_comm.profiler", title=title, severity="warning",
+                            confidence=0.75, evidence=self.ev.items,
+                            facts={"comm_share_pct": round(self.share, 2), "top_kernel": self.top[1][:120]},
+                            first_line=self.ev.first())]
+        return []
+
+
+PARSERS = (InputParser, StepTimingParser, MegatronTimerParser, UtilParser, UtilSamplesParser, CommParser)

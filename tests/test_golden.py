@@ -15,10 +15,15 @@ def _changes(d):
 @pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_fixture(path, run):
     d = run(path.read_bytes(), path.name)
+    if path.parent.name == "report" and "socket" in path.name:
+        # a benchmark for the weekly report; at 7.8% of the p5 fabric it is also a slow_comm diagnosis
+        assert d.benchmarks and d.benchmarks[0]["op"] == "all_reduce" and d.benchmarks[0]["nodes"] == 2
+        assert [f.symptom for f in d.findings] == ["slow_comm"]
+        return
     if path.parent.name in ("healthy", "report"):
         assert d.findings == [], [f.title for f in d.findings]
-        if path.parent.name == "report" and "perf" in path.name or "all_reduce" in path.name:
-            assert d.benchmarks and d.benchmarks[0]["op"] == "all_reduce" and d.benchmarks[0]["nodes"] == 2
+        if path.parent.name == "report":
+            assert d.benchmarks and d.benchmarks[0]["nodes"] == 2
         return
     exp = json.loads(path.with_suffix(".expected.json").read_text())
     assert [f.symptom for f in d.findings] == exp["symptoms"]

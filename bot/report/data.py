@@ -10,6 +10,7 @@ from typing import Any
 
 from bot.store import Store
 from core import facts as F
+from core import instances as I
 from core import job as J
 from core import symptoms as S
 from core import versions as V
@@ -21,11 +22,6 @@ DIAGNOSTIC = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "T
 HARDWARE = S.in_group(S.HARDWARE)
 TRAINING = S.in_group(S.TRAINING)
 ROUTING = S.in_group(S.ROUTING)
-# What the instance's fabric should carry, GB/s: one GPU's NVLink share inside a node (unidirectional) and the
-# node's EFA total across nodes. From the runbook's instance facts.
-EXPECTED_BUSBW = {"p4d": (300.0, 50.0), "p4de": (300.0, 50.0), "p5": (450.0, 400.0), "p5e": (450.0, 400.0),
-                  "p5en": (450.0, 400.0), "p6-b200": (900.0, 400.0), "p6-b300": (900.0, 800.0)}
-BUSBW_OK = 0.7
 
 
 def parse_since(text: str, now: datetime) -> datetime:
@@ -198,10 +194,7 @@ def _training(r: ReportData, rows: list[dict], docs: dict[int, dict]) -> None:
 
 def _benchmarks(r: ReportData, store: Store, ids: list[int]) -> None:
     for b in store.db.query(f"select * from benchmarks where diagnosis_id in ({_in(ids)}) order by diagnosis_id"):
-        exp = EXPECTED_BUSBW.get(b["instance"] or "")
-        expected = None
-        if exp:
-            expected = exp[1] if (b["nodes"] or 1) > 1 else exp[0]
+        expected = I.expected_busbw(b["instance"], b["nodes"])
         r.benchmarks.append({**b, "rows": json.loads(b["rows_json"]), "expected_busbw": expected,
                              "ratio": round(b["max_size_busbw"] / expected, 2) if expected else None})
 
@@ -235,7 +228,7 @@ def _tune_next(r: ReportData) -> None:
     for w in r.version_warnings:
         add(1, w["text"], len(w["ids"]), w["ids"])
     for b in r.benchmarks:
-        if b["ratio"] is not None and b["ratio"] < BUSBW_OK:
+        if b["ratio"] is not None and b["ratio"] < I.BUSBW_OK:
             add(1, f"{b['op']} on {b['nodes']}x {b['instance']} reaches {b['max_size_busbw']:.0f} GB/s bus bandwidth, "
                    f"{b['ratio']:.0%} of the ~{b['expected_busbw']:.0f} GB/s expected: check EFA/TCP fallback",
                 1, [b["diagnosis_id"]])

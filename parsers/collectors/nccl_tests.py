@@ -4,10 +4,11 @@ Not a symptom: the numbers go to the diagnosis' `benchmarks` for the weekly repo
 what the instance type should reach."""
 from __future__ import annotations
 
-from parsers.base import Collector, Context, Hit, rx, search
+from parsers.base import Collector, Context, Hit, rx, search, strip_prefixes
 
 _TYPES = ("float", "half", "bfloat16", "double", "int8", "uint8", "int32", "uint32", "int64", "uint64", "fp8_e4m3")
-_ROW = rx(r"^\s*(\d+)\s+(\d+)\s+(" + "|".join(_TYPES) + r")\s+(\S+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)")
+NCCL_TESTS_ROW = _ROW = rx(r"^\s*(\d+)\s+(\d+)\s+(" + "|".join(_TYPES) + r")\s+(\S+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)")
+TYPE_TRIGGERS = tuple(f" {t} " for t in _TYPES)   # the data-type column of a result row
 _OP = rx(r"\b(all_reduce|all_gather|alltoall|reduce_scatter|broadcast|reduce|sendrecv|gather|scatter|hypercube)_perf\b")
 _AVG = rx(r"Avg bus bandwidth\s*:\s*([\d.]+)")
 _RANK = rx(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
@@ -17,7 +18,7 @@ _GPU_TO_INSTANCE = (("B300", "p6-b300"), ("GB200", "p6e-gb200"), ("B200", "p6-b2
 
 class NcclTestsCollector(Collector):
     name = "nccl_tests"
-    triggers = (*(f" {t} " for t in _TYPES), "Avg bus bandwidth", "_perf", "# Rank ", "#  Rank ")
+    triggers = (*TYPE_TRIGGERS, "Avg bus bandwidth", "_perf", "# Rank ", "#  Rank ")
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
@@ -28,7 +29,7 @@ class NcclTestsCollector(Collector):
         self.ranks = 0
 
     def feed(self, hit: Hit) -> None:
-        t = hit.text
+        t = strip_prefixes(hit.text)   # mpirun --tag-output, srun -l
         m = search(_ROW, t)
         if m and len(self.rows) < 200:
             self.rows.append({"size_bytes": int(m.group(1)), "type": m.group(3), "time_us": float(m.group(6)),

@@ -1,0 +1,24 @@
+"""Instance and GPU facts the parsers and the weekly report compare against (from the runbook's instance facts):
+the GPU each P-family instance carries, its dense BF16 peak, and the nccl-tests bus bandwidth its fabric should
+carry — inside one node over NVLink, and across nodes over EFA."""
+from __future__ import annotations
+
+GPU_BY_FAMILY = {"p4d": "A100", "p4de": "A100", "p5": "H100", "p5e": "H200", "p5en": "H200", "p6-b200": "B200",
+                 "p6-b300": "B300", "p6e-gb200": "GB200", "g5": "A10G"}
+# dense BF16 peak TFLOP/s; the first key found in a GPU's name wins (so "A10G" before "A10")
+PEAK_TFLOPS = (("B300", 2250.0), ("GB200", 2250.0), ("B200", 2250.0), ("H200", 989.0), ("H100", 989.0),
+               ("A100", 312.0), ("A10G", 125.0), ("L40S", 362.0), ("A10", 125.0))
+# GB/s a ring-style collective's busbw should reach at large sizes: (one GPU's NVLink share inside a node,
+# the node's EFA total across nodes)
+EXPECTED_BUSBW = {"p4d": (300.0, 50.0), "p4de": (300.0, 50.0), "p5": (450.0, 400.0), "p5e": (450.0, 400.0),
+                  "p5en": (450.0, 400.0), "p6-b200": (900.0, 400.0), "p6-b300": (900.0, 800.0)}
+BUSBW_OK = 0.7   # below 70% of that, the fabric is not doing its job
+
+
+def peak_tflops(gpu: str) -> float | None:
+    return next((p for key, p in PEAK_TFLOPS if key in gpu), None)
+
+
+def expected_busbw(instance: str | None, nodes: int | None) -> float | None:
+    exp = EXPECTED_BUSBW.get(instance or "")
+    return None if exp is None else exp[1] if (nodes or 1) > 1 else exp[0]

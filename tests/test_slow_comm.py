@@ -1,0 +1,47 @@
+"""slow_comm (issue 15): nccl-tests bus bandwidth at large messages against what the instance's fabric carries,
+and NCCL kernels' share of a torch.profiler CUDA table; the near-misses stay quiet."""
+import json
+
+import pytest
+
+from conftest import ROOT
+
+CASES = {json.loads(x)["id"]: json.loads(x)["text"]
+         for x in (ROOT / "tests" / "corpus" / "wave7.jsonl").read_text().splitlines() if x.strip()}
+
+
+def test_two_p5_nodes_far_below_efa(run):
+    f = run(CASES["w7-src-nccltests-p5-tcp"]).findings[0]
+    assert (f.rule, f.facts["ratio_pct"], f.facts["nodes"]) == ("slow_comm.nccl_tests", 5.0, 2)
+
+
+def test_one_node_judged_against_nvlink(run):
+    f = run(CASES["w7-src-nccltests-h100-single-low"]).findings[0]
+    assert (f.facts["nodes"], f.facts["expected_gbps"]) == (1, 450.0)
+    assert [s.id for s in f.steps][0] == "slow_comm.nvlink"
+
+
+def test_mpirun_tagged_rows_are_read(run):
+    text = CASES["w7-src-nccltests-mpirun-p4de-low"].replace(
+        "[1,0]<stdout>:# nThread", "[1,0]<stdout>:# all_reduce_perf\n[1,0]<stdout>:# nThread")
+    d = run(text.replace(" none      -1", "  sum      -1"))
+    assert d.findings[0].facts["busbw_gbps"] == 9.1
+
+
+def test_profiler_nccl_share(run):
+    f = run(CASES["w7-src-prof-ncclbf16-low"]).findings[0]
+    assert f.rule == "slow_comm.profiler" and f.facts["comm_share_pct"] == 50.28
+    assert f.facts["top_kernel"].startswith("ncclDevKernel_AllGather")
+
+
+@pytest.mark.parametrize("case", ["w7-src-nccltests-p5-ok", "w7-src-nccltests-p4d-ok", "w7-src-nccltests-small-only",
+                                  "w7-src-prof-nccl-ok", "w7-src-prof-ddp-ok"])
+def test_healthy_counterparts_stay_quiet(run, case):
+    assert run(CASES[case]).findings == []
+
+
+def test_alltoall_and_unknown_hardware_are_not_judged(run):
+    low = CASES["w7-src-nccltests-p5-tcp"]
+    assert run(low.replace("# nThread", "$ ./alltoall_perf -b 64M -e 8G\n# nThread", 1)).findings == []
+    consumer = CASES["w7-src-nccltests-p4d-low"].replace("NVIDIA A100-SXM4-40GB", "NVIDIA GeForce RTX 4090")
+    assert run(consumer).findings == []
