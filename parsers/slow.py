@@ -1,10 +1,7 @@
-"""The slow family: jobs that run, but slowly. slow_input: the step waits on its input pipeline, read from
-
-- a torch.profiler `key_averages().table()` in which the DataLoader's `enumerate(DataLoader)#…__next__` row holds a
-  large share of the profiled CPU time (the GPU idles meanwhile), or
-- per-step timings that name the data time: mmengine/timm `time: T … data_time: D` (D is part of T), or a loop's
-  own `load_data_time: D, train_step_time: S` (D comes on top of S). Stalls every few steps count, so the share
-  is total data time over total step time across the lines read."""
+"""The slow family: jobs that run, but slowly. slow_input (the step waits on its input: a torch.profiler table's
+DataLoader row, per-step data time, Megatron's batch-generator timer), low_gpu_util (MFU, TFLOP/s, nvidia-smi
+samples) and slow_comm (nccl-tests bus bandwidth, NCCL kernels in a profile). Stalls every few steps count, so input
+shares are total data time over total step time across the lines read."""
 from __future__ import annotations
 
 from core import instances as I
@@ -317,28 +314,58 @@ MIN_JUDGED_BYTES = 64 << 20   # small messages are latency-bound: judge on large
 _RING_OPS = ("all_reduce", "reduce_scatter", "all_gather")   # busbw comparable with the expected table
 
 
-class CommParser(Parser):
+class BusbwParser(Parser):
+    """nccl-tests result rows, judged on the benchmark the collector built from them (ctx.benchmarks)."""
     name = "slow_comm"
-    triggers = ("Self CUDA %", *TYPE_TRIGGERS)
-    before = 1
-    after = 60
+    triggers = TYPE_TRIGGERS
 
     def __init__(self) -> None:
         super().__init__()
         self.row_text: dict[int, str] = {}
         self.reducing = False   # a reduction op in the rows: all_reduce or reduce_scatter when the tool is not named
+
+    def feed(self, hit: Hit) -> None:
+        m = search(NCCL_TESTS_ROW, strip_prefixes(hit.text))
+        if m:
+            self.row_text[hit.no] = hit.text
+            self.reducing = self.reducing or m.group(4) != "none"
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        for b in ctx.benchmarks:
+            exp = I.expected_busbw(b.get("instance"), b.get("nodes"))
+            op = b.get("op") if b.get("op") != "unknown" else "all_reduce" if self.reducing else None
+            if op not in _RING_OPS or not exp or b["max_size_bytes"] < MIN_JUDGED_BYTES \
+                    or b["max_size_busbw"] >= I.BUSBW_OK * exp:
+                continue
+            row = max(b["rows"], key=lambda r: r["size_bytes"])
+            self.ev.add(row["line"], self.row_text.get(row["line"], f"{row['size_bytes']} bytes: busbw {row['busbw']}"))
+            where = f"{b['nodes']} x {b['instance']}" if (b.get("nodes") or 1) > 1 else f"one {b['instance']} node"
+            facts = {"op": b["op"] if b["op"] != "unknown" else "all_reduce or reduce_scatter",
+                     "busbw_gbps": b["max_size_busbw"], "expected_gbps": exp,
+                     "ratio_pct": round(100 * b["max_size_busbw"] / exp, 1), "message_bytes": b["max_size_bytes"],
+                     "nodes": b.get("nodes") or 1, "instance": b["instance"]}
+            title = (f"{facts['op']} reaches {b['max_size_busbw']:g} GB/s bus bandwidth at {b['max_size_bytes'] >> 20} "
+                     f"MiB on {where}, {facts['ratio_pct']:g}% of the ~{exp:g} GB/s its fabric should carry")
+            return [Finding(symptom="slow_comm", rule="slow_comm.nccl_tests", title=title, severity="warning",
+                            confidence=0.8, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
+        return []
+
+
+class CommProfileParser(Parser):
+    """A torch.profiler table: the share of CUDA time in NCCL kernels (column spans from the table's dash line)."""
+    name = "slow_comm_profile"
+    triggers = ("Self CUDA %",)
+    before = 1
+    after = 60
+
+    def __init__(self) -> None:
+        super().__init__()
         self.share = 0.0
         self.top: tuple[float, str] = (0.0, "")
         self.header: tuple[int, str] | None = None
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
-        if "Self CUDA %" not in t:
-            m = search(NCCL_TESTS_ROW, strip_prefixes(t))
-            if m:
-                self.row_text[hit.no] = t
-                self.reducing = self.reducing or m.group(4) != "none"
-            return
         spans = [m.span() for m in findall(_DASHES, hit.before[-1])] if hit.before else []
         cols = [t[a:b].strip() for a, b in spans]
         if "Self CUDA %" not in cols:
@@ -356,31 +383,16 @@ class CommParser(Parser):
                 self.top = max(self.top, (float(pct), name))
 
     def finish(self, ctx: Context) -> list[Finding]:
-        for b in ctx.benchmarks:
-            exp = I.expected_busbw(b.get("instance"), b.get("nodes"))
-            op = b.get("op") if b.get("op") != "unknown" else "all_reduce" if self.reducing else None
-            if op not in _RING_OPS or not exp or b["max_size_bytes"] < MIN_JUDGED_BYTES \
-                    or b["max_size_busbw"] >= I.BUSBW_OK * exp:
-                continue
-            row = max(b["rows"], key=lambda r: r["size_bytes"])
-            self.ev.add(row["line"], self.row_text.get(row["line"], f"{row['size_bytes']} bytes: busbw {row['busbw']}"))
-            where = f"{b['nodes']} x {b['instance']}" if (b.get("nodes") or 1) > 1 else f"one {b['instance']} node"
-            facts = {"op": b["op"] if b["op"] != "unknown" else "all_reduce or reduce_scatter", "busbw_gbps": b["max_size_busbw"], "expected_gbps": exp,
-                     "ratio_pct": round(100 * b["max_size_busbw"] / exp, 1), "message_bytes": b["max_size_bytes"],
-                     "nodes": b.get("nodes") or 1, "instance": b["instance"]}
-            title = (f"{facts['op']} reaches {b['max_size_busbw']:g} GB/s bus bandwidth at {b['max_size_bytes'] >> 20} MiB on "
-                     f"{where}, {facts['ratio_pct']:g}% of the ~{exp:g} GB/s its fabric should carry")
-            return [Finding(symptom="slow_comm", rule="slow_comm.nccl_tests", title=title, severity="warning",
-                            confidence=0.8, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
-        if self.header and self.share > COMM_SHARE_BAD_PCT:
-            self.ev.add(*self.header)
-            title = (f"NCCL kernels hold {self.share:.1f}% of the profiled CUDA time: the step waits on communication "
-                     f"(largest: {self.top[1][:60]})")
-            return [Finding(symptom="slow_comm", rule="slow_comm.profiler", title=title, severity="warning",
-                            confidence=0.75, evidence=self.ev.items,
-                            facts={"comm_share_pct": round(self.share, 2), "top_kernel": self.top[1][:120]},
-                            first_line=self.ev.first())]
-        return []
+        if not self.header or self.share <= COMM_SHARE_BAD_PCT:
+            return []
+        self.ev.add(*self.header)
+        title = (f"NCCL kernels hold {self.share:.1f}% of the profiled CUDA time: the step waits on communication "
+                 f"(largest: {self.top[1][:60]})")
+        return [Finding(symptom="slow_comm", rule="slow_comm.profiler", title=title, severity="warning",
+                        confidence=0.75, evidence=self.ev.items,
+                        facts={"comm_share_pct": round(self.share, 2), "top_kernel": self.top[1][:120]},
+                        first_line=self.ev.first())]
 
 
-PARSERS = (InputParser, StepTimingParser, MegatronTimerParser, UtilParser, UtilSamplesParser, CommParser)
+PARSERS = (InputParser, StepTimingParser, MegatronTimerParser, UtilParser, UtilSamplesParser, BusbwParser,
+           CommProfileParser)
