@@ -19,6 +19,7 @@ from core import facts as F
 HARDWARE = "hardware"   # a host named in it is a drain candidate after one incident
 TRAINING = "training"   # counted per job in the loss section
 ROUTING = "routing"     # plotted over time in the MoE section
+THROUGHPUT = "throughput"   # listed per job over time, with its key number, in the throughput section
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +86,15 @@ _REGISTRY: tuple[Symptom, ...] = (
              F.MAX_DEVIATION, "max_min_ratio", "observations", "routing_metric", "routing_value"), report=ROUTING),
     Symptom("slow_input", "slow", "warning", 13, "Training waits on input data", "입력 데이터를 기다리느라 느린 학습",
             ("input_share_pct", "input_row", "profile_total_ms", "steps_read", "worst_step_input_pct"),
-            title_ko_format="학습이 입력 데이터를 기다림: 데이터 로딩이 시간의 {input_share_pct}%를 차지"),
+            report=THROUGHPUT, title_ko_format="학습이 입력 데이터를 기다림: 데이터 로딩이 시간의 {input_share_pct}%를 차지"),
     Symptom("low_gpu_util", "slow", "warning", 14, "GPUs are underused", "GPU 활용률 저조",
             ("gpu_model", "gpus", "mfu_pct", "peak_tflops", "readings", "samples", "tflops_per_gpu", "util_pct"),
-            title_ko_format="GPU가 제 성능을 내지 못함: MFU나 활용률이 목표보다 낮음"),
+            report=THROUGHPUT, title_ko_format="GPU가 제 성능을 내지 못함: MFU나 활용률이 목표보다 낮음"),
     Symptom("slow_comm", "slow", "warning", 12, "Communication is slow", "통신이 느림",
             ("busbw_gbps", "comm_share_pct", "expected_gbps", "instance", "message_bytes", "nodes", "op", "ratio_pct",
              "top_kernel"),
             causes=("tcp_fallback", "efa_provider_missing", "nvlink_inactive", "version_mismatch"),
-            title_ko_format="통신이 느림: 집합 통신이 패브릭이 낼 수 있는 속도에 한참 못 미침"),
+            report=THROUGHPUT, title_ko_format="통신이 느림: 집합 통신이 패브릭이 낼 수 있는 속도에 한참 못 미침"),
 )
 
 SYMPTOMS: Mapping[str, Symptom] = MappingProxyType({s.id: s for s in _REGISTRY})

@@ -90,6 +90,8 @@ def test_report_numbers_sections_and_charts(seeded, tmp_path):
     assert r.votes == {"up": 2, "down": 1} and r.wrong == [{"id": ids["fork"], "said": "fork_enomem", "right": "nccl_error"}]
     assert {j["job"]: (j["loss_spike"], j["loss_nan"]) for j in r.loss}["job-b"] == (1, 1)
     assert r.moe and r.moe[0]["drop_rate"] == 0.184
+    slow = [t for t in r.throughput if t["symptom"] == "slow_comm"]
+    assert [(t["job"], t["measure"], t["value"]) for t in slow] == [("bench-1", "busbw % of expected", 7.8)]
     texts = " | ".join(t["text"] for t in r.tune_next)
     assert "Drain and health-check p5-st-2" in texts and "Pin nccl" in texts and "reaches 31 GB/s" in texts
     assert "Apply PYTORCH_CUDA_ALLOC_CONF = expandable_segments:True: the first fix for 3 root cause(s), applied in 0 " \
@@ -99,7 +101,8 @@ def test_report_numbers_sections_and_charts(seeded, tmp_path):
     assert "unrecognised error" in texts
     md = rep.markdown_path.read_text()
     for heading in ("## Tune this next", "## Incidents by symptom", "## Recurring root causes", "## Nodes that keep",
-                    "## Versions seen", "## Changes recommended", "## Training stability", "## nccl-tests bus",
+                    "## Versions seen", "## Changes recommended", "## Training stability", "## Throughput",
+                    "## nccl-tests bus",
                     "## Unrecognised errors", "## Helpfulness"):
         assert heading in md
     assert f"#{ids['oom'][0]}" in md and "| cuda_oom | 3 | 1 | +200% |" in md

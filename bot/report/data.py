@@ -22,6 +22,10 @@ DIAGNOSTIC = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "T
 HARDWARE = S.in_group(S.HARDWARE)
 TRAINING = S.in_group(S.TRAINING)
 ROUTING = S.in_group(S.ROUTING)
+THROUGHPUT = S.in_group(S.THROUGHPUT)
+# the one number that says how slow, per throughput symptom: (fact, label)
+_SLOW_MEASURE = (("mfu_pct", "MFU %"), ("util_pct", "GPU util %"), ("ratio_pct", "busbw % of expected"),
+                 ("comm_share_pct", "NCCL % of CUDA time"), ("input_share_pct", "input % of step"))
 
 
 def parse_since(text: str, now: datetime) -> datetime:
@@ -59,6 +63,7 @@ class ReportData:
     version_warnings: list[dict[str, Any]] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
     loss: list[dict[str, Any]] = field(default_factory=list)
+    throughput: list[dict[str, Any]] = field(default_factory=list)
     moe: list[dict[str, Any]] = field(default_factory=list)
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
     unclaimed: list[dict[str, Any]] = field(default_factory=list)
@@ -186,6 +191,10 @@ def _training(r: ReportData, rows: list[dict], docs: dict[int, dict]) -> None:
                                                         "ids": []})
                 j[f["symptom"]] += 1
                 j["ids"].append(row["id"])
+            elif f["symptom"] in THROUGHPUT:
+                measure = next(((label, f["facts"][k]) for k, label in _SLOW_MEASURE if k in f["facts"]), ("", None))
+                r.throughput.append({"id": row["id"], "at": row["created_at"], "job": row["job_key"],
+                                     "symptom": f["symptom"], "measure": measure[0], "value": measure[1]})
             elif f["symptom"] in ROUTING:
                 r.moe.append({"id": row["id"], "at": row["created_at"], "job": row["job_key"],
                               F.MAX_DEVIATION: f["facts"].get(F.MAX_DEVIATION), F.DROP_RATE: f["facts"].get(F.DROP_RATE)})

@@ -74,6 +74,11 @@ def render(r: ReportData, charts: list[Path]) -> str:
             out += [f"- {m['at'][:16]} {m['job']}: max expert deviation {m[F.MAX_DEVIATION]}, drop rate "
                     f"{m[F.DROP_RATE]} (#{m['id']})" for m in r.moe[:10]]
         out.append("")
+    if r.throughput:
+        out += ["## Throughput", "", "| when | job | symptom | measure | diagnosis |", "|---|---|---|---:|---|"]
+        out += [f"| {t['at'][:16]} | {t['job']} | {t['symptom']} | {t['measure']} {t['value']} | #{t['id']} |"
+                for t in sorted(r.throughput, key=lambda t: (t["job"], t["at"]))[:20]]
+        out.append("")
     if r.benchmarks:
         out += ["## nccl-tests bus bandwidth", "", "| diagnosis | test | nodes × instance | busbw at largest size | "
                 "expected | ratio |", "|---|---|---|---:|---:|---:|"]
