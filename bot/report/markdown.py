@@ -64,21 +64,7 @@ def render(r: ReportData, charts: list[Path]) -> str:
         out += [f"| `{c['name']}` → `{c['to']}` ({c['kind']}) | {c['count']} | {c['jobs_recommended']} | "
                 f"{c['jobs_applied']} | {_ids(c['ids'], 4)} |" for c in r.changes[:12]]
         out.append("")
-    if r.loss or r.moe:
-        out += ["## Training stability", ""]
-        if r.loss:
-            out += ["| job | loss spikes | NaN/overflow | diagnoses |", "|---|---:|---:|---|"]
-            out += [f"| {j['job']} | {j['loss_spike']} | {j['loss_nan']} | {_ids(j['ids'])} |" for j in r.loss[:10]]
-        if r.moe:
-            out += ["", "MoE imbalance over time:", ""]
-            out += [f"- {m['at'][:16]} {m['job']}: max expert deviation {m[F.MAX_DEVIATION]}, drop rate "
-                    f"{m[F.DROP_RATE]} (#{m['id']})" for m in r.moe[:10]]
-        out.append("")
-    if r.throughput:
-        out += ["## Throughput", "", "| when | job | symptom | measure | diagnosis |", "|---|---|---|---:|---|"]
-        out += [f"| {t['at'][:16]} | {t['job']} | {t['symptom']} | {t['measure']} {t['value']} | #{t['id']} |"
-                for t in sorted(r.throughput, key=lambda t: (t["job"], t["at"]))[:20]]
-        out.append("")
+    out += _training(r)
     if r.benchmarks:
         out += ["## nccl-tests bus bandwidth", "", "| diagnosis | test | nodes × instance | busbw at largest size | "
                 "expected | ratio |", "|---|---|---|---:|---:|---:|"]
@@ -103,6 +89,27 @@ def render(r: ReportData, charts: list[Path]) -> str:
     if not r.total:
         out += ["No diagnoses were recorded in this period.", ""]
     return "\n".join(out)
+
+
+def _training(r: ReportData) -> list[str]:
+    """Training stability (loss, MoE routing) and throughput sections."""
+    out: list[str] = []
+    if r.loss or r.moe:
+        out += ["## Training stability", ""]
+        if r.loss:
+            out += ["| job | loss spikes | NaN/overflow | diagnoses |", "|---|---:|---:|---|"]
+            out += [f"| {j['job']} | {j['loss_spike']} | {j['loss_nan']} | {_ids(j['ids'])} |" for j in r.loss[:10]]
+        if r.moe:
+            out += ["", "MoE imbalance over time:", ""]
+            out += [f"- {m['at'][:16]} {m['job']}: max expert deviation {m[F.MAX_DEVIATION]}, drop rate "
+                    f"{m[F.DROP_RATE]} (#{m['id']})" for m in r.moe[:10]]
+        out.append("")
+    if r.throughput:
+        out += ["## Throughput", "", "| when | job | symptom | measure | diagnosis |", "|---|---|---|---:|---|"]
+        out += [f"| {t['at'][:16]} | {t['job']} | {t['symptom']} | {t['measure']} {t['value']} | #{t['id']} |"
+                for t in sorted(r.throughput, key=lambda t: (t["job"], t["at"]))[:20]]
+        out.append("")
+    return out
 
 
 def summary(r: ReportData) -> str:
