@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from bot.settings import Settings, SettingsError
@@ -41,6 +42,9 @@ def cmd_diagnose(args, settings: Settings) -> int:
     store = _store(settings) if (args.record or args.llm) else None
     phraser = _phraser(settings, store) if args.llm else None
     status = 0
+    config = _read_config(args.config) if args.config else None
+    if args.config and config is None:
+        return 2
     from core.inputs import log_paths
     paths, notes = log_paths(args.files)
     for note in notes:
@@ -68,19 +72,48 @@ def cmd_diagnose(args, settings: Settings) -> int:
         if phrasing is not None and phrasing.answer is None and d.findings:
             print(f"triage: LLM answer not used ({phrasing.reason}); showing the deterministic diagnosis",
                   file=sys.stderr)
+        fix = _patch(d, args.config, config) if config is not None and d.findings else None
         if args.json:
             doc = d.to_json_dict()
+            if fix is not None:
+                doc["diff"], doc["not_applied"] = fix.diff, fix.not_applied
             if phrasing is not None:
                 doc["phrasing"] = {"model": phrasing.model, "lang": phrasing.lang, "outcome": phrasing.reason,
                                    "answer": phrasing.answer.model_dump() if phrasing.answer else None}
             print(json_safe(json.dumps(doc, ensure_ascii=False)))
         else:
             print(terminal_safe(diagnosis_text(d, args.lang, phrasing)))
+            if fix is not None:
+                print(terminal_safe(_fix_text(fix, args.config)))
         sys.stdout.flush()
     if shares > 1:
         print(f"triage: {shares} of these logs each hold one node's ranks of a multi-node job; read them as one "
               "with --together to see which rank is behind", file=sys.stderr)
     return status
+
+
+def _read_config(path: str) -> str | None:
+    try:
+        text = open(path, encoding="utf-8").read()
+        if path.lower().endswith(".json") or text.lstrip().startswith("{"):
+            json.loads(text)
+        return text
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        print(f"triage: {path}: cannot use it as a config ({type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
+        return None
+
+
+def _patch(d, path: str, text: str):
+    from bot.patch import patch
+    return patch(d, os.path.basename(path), text)
+
+
+def _fix_text(fix, path: str) -> str:
+    head = f"Fix as a diff of {path}" + (f" (step {fix.step})" if fix.step else "") + ":"
+    out = [head, fix.diff.rstrip("\n") if fix.diff else "  (nothing in this file to change)"]
+    if fix.not_applied:
+        out += ["Not applied (later steps to try next, or not a setting of this file):"] + [f"  - {x}" for x in fix.not_applied]
+    return "\n".join(out)
 
 
 def _inputs(paths: list[tuple[str, str]], max_bytes: int):
@@ -277,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a log (plain or .gz), a .zip/.tar/.tar.gz of logs (each member diagnosed), a directory "
                         "(its .log/.out/.err/.txt/.gz/archive files), or - for stdin")
     d.add_argument("--json", action="store_true", help="one JSON object (triage.diagnosis/v1) per input, per line")
+    d.add_argument("--config", metavar="FILE",
+                   help="your DeepSpeed/HF config (JSON/YAML) or launch script: print the fix as a diff of it")
     d.add_argument("--record", action="store_true", help="also store the diagnosis in TRIAGE_DB (for reports)")
     d.add_argument("--lang", choices=("en", "ko"), default="en", help="language of the answer")
     d.add_argument("--llm", action="store_true", help="phrase the answer with TRIAGE_LLM (checked by the guard)")

@@ -1,0 +1,137 @@
+"""A diagnosis's fix as a unified diff of the user's own file: a DeepSpeed/HF JSON or YAML config, or a launch script
+(Megatron / torchrun / accelerate flags, sbatch `export VAR=` lines).
+
+Only the first step of the root cause that has a change for this kind of file is applied — the later steps are the
+next rungs to try, not changes to stack — and every change that cannot go into this file is listed instead of being
+forced in. Values already equal are left alone; a missing key is added in the file's own style."""
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.models import Change, Diagnosis
+
+
+@dataclass
+class Patch:
+    diff: str = ""
+    applied: list[str] = field(default_factory=list)
+    not_applied: list[str] = field(default_factory=list)
+    step: str | None = None
+
+
+def _kind(name: str, text: str) -> str:
+    suffix = Path(name).suffix.lower()
+    if suffix == ".json" or text.lstrip().startswith("{"):
+        return "json"
+    if suffix in (".yaml", ".yml"):
+        return "yaml"
+    return "script"
+
+
+def _fits(c: Change, kind: str, text: str) -> bool:
+    if c.kind == "command" or c.to is None and c.kind != "env":
+        return False
+    if kind == "script":
+        return c.kind in ("flag", "env")
+    if c.kind == "config":
+        return True
+    # an HF TrainingArguments file holds the Trainer's flags as keys
+    return c.kind == "flag" and c.name.startswith("--") and "_" in c.name and re.search(r"per_device_\w+", text) is not None
+
+
+def _literal(v: Any) -> str:
+    return "true" if v is True else "false" if v is False else str(v)
+
+
+def _json(text: str, c: Change) -> str:
+    doc = json.loads(text)
+    path = c.name.lstrip("-").split(".") if c.kind == "config" else [c.name.lstrip("-")]
+    node = doc
+    for key in path[:-1]:
+        node = node.setdefault(key, {}) if isinstance(node, dict) else {}
+    if node.get(path[-1]) == c.to:
+        return text
+    leaf = list(re.finditer(rf'("{re.escape(path[-1])}"\s*:\s*)("[^"]*"|[\w.+-]+)', text))
+    if len(leaf) == 1 and path[-1] in node:   # edit the one line in place: the rest of the file keeps its format
+        return text[:leaf[0].start(2)] + json.dumps(c.to) + text[leaf[0].end(2):]
+    node[path[-1]] = c.to
+    indent = next((len(m.group(1)) for m in re.finditer(r"\n( +)\S", text)), 2)
+    return json.dumps(doc, indent=indent, ensure_ascii=False) + ("\n" if text.endswith("\n") else "")
+
+
+def _yaml(text: str, c: Change) -> str:
+    path = c.name.lstrip("-").split(".") if c.kind == "config" else [c.name.lstrip("-")]
+    lines, start, indent = text.splitlines(keepends=True), 0, ""
+    for depth, key in enumerate(path):
+        pat = re.compile(rf"^{re.escape(indent)}{re.escape(key)}:(.*)$")
+        hit = next((i for i in range(start, len(lines)) if pat.match(lines[i].rstrip("\n"))), None)
+        last = depth == len(path) - 1
+        if hit is None:   # add the rest of the path at the end of this block, in the file's two-space style
+            block = "".join(f"{indent}{'  ' * k}{p}:" + (f" {_literal(c.to)}\n" if k == len(path) - depth - 1 else "\n")
+                            for k, p in enumerate(path[depth:]))
+            end = next((i for i in range(start, len(lines)) if lines[i].strip()
+                        and not lines[i].startswith(indent) and indent), len(lines))
+            if end == len(lines) and lines and not lines[-1].endswith("\n"):
+                lines[-1] += "\n"
+            lines.insert(end, block)
+            return "".join(lines)
+        if last:
+            lines[hit] = f"{indent}{key}: {_literal(c.to)}\n"
+        else:
+            start, indent = hit + 1, indent + "  "
+    return "".join(lines)
+
+
+def _script(text: str, c: Change) -> str:
+    if c.kind == "env":
+        line = re.compile(rf"^(\s*)export\s+{re.escape(c.name)}=\S*[^\n]*\n?", re.M)
+        if c.to is None:
+            return line.sub("", text)
+        if line.search(text):
+            return line.sub(lambda m: f"{m.group(1)}export {c.name}={_literal(c.to)}\n", text, count=1)
+        exports = list(re.finditer(r"^\s*export\s+\w+=[^\n]*\n", text, re.M))
+        at = exports[-1].end() if exports else (text.find("\n") + 1 if text.startswith("#!") else 0)
+        return text[:at] + f"export {c.name}={_literal(c.to)}\n" + text[at:]
+    flag = re.compile(rf"(?<!\S){re.escape(c.name)}(?:(=|[ \t]+)(?!--)([^\s\\]+))?(?=\s|$)")
+    m = flag.search(text)
+    value = "" if c.to is True else f" {_literal(c.to)}"
+    if m:
+        if c.to is True:
+            return text
+        return text[:m.start()] + f"{c.name}{m.group(1) or ' '}{_literal(c.to)}" + text[m.end():]
+    flags = list(re.finditer(r"^([ \t]*)--[\w-]+[^\n]*\n", text, re.M))   # one argument per line
+    if not flags:
+        return text.rstrip("\n") + f" {c.name}{value}\n"
+    last = flags[-1]
+    line = last.group(0).rstrip("\n")
+    if line.rstrip().endswith("\\"):   # inside a continued command: continue the new line too
+        return text[:last.end()] + f"{last.group(1)}{c.name}{value} \\\n" + text[last.end():]
+    before = text[:last.start()].rstrip("\n").rsplit("\n", 1)[-1]
+    if before.rstrip().endswith("\\"):   # the last line of a continued command: it continues now
+        return text[:last.start()] + f"{line.rstrip()} \\\n{last.group(1)}{c.name}{value}\n" + text[last.end():]
+    return text[:last.end()] + f"{last.group(1)}{c.name}{value}\n" + text[last.end():]   # a bash array, a list
+
+
+def patch(d: Diagnosis, name: str, text: str) -> Patch:
+    kind, out = _kind(name, text), Patch()
+    steps = [s for f in d.findings[:1] for s in f.steps]
+    chosen = next((s for s in steps if any(_fits(c, kind, text) for c in s.changes)), None)
+    new = text
+    for s in steps:
+        for c in s.changes:
+            if s is chosen and _fits(c, kind, text):
+                after = {"json": _json, "yaml": _yaml, "script": _script}[kind](new, c)
+                (out.applied if after != new else out.not_applied).append(
+                    f"{c.name} = {_literal(c.to)}" + ("" if after != new else " (already so)"))
+                new = after
+            elif c.kind != "command":
+                out.not_applied.append(f"{s.id}: {c.kind} {c.name}" + ("" if c.to is None else f" = {_literal(c.to)}"))
+    out.step = chosen.id if chosen else None
+    out.diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
+                                            f"a/{name}", f"b/{name}"))
+    return out
