@@ -1,0 +1,73 @@
+"""`triage plan` (issue 17): only valid layouts (TP within a node, PP dividing the layers, TP × PP × DP = GPUs),
+memory per GPU from the seeds' byte counts, the least sharding that fits, the seed's starting rows, and the
+smallest instance that fits when no GPU is given."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from core import plan as P
+
+M70 = P.Model.of(70e9, 4096)
+
+
+def test_every_candidate_is_a_valid_layout():
+    for c in P.candidates(M70, 64, 80):
+        assert c.tp * c.pp * c.dp == 64 and c.tp <= 8 and 80 % c.pp == 0
+        assert c.vpp is None or (80 // c.pp) % c.vpp == 0
+
+
+def test_state_bytes_follow_the_sharding():
+    assert P.states_bytes_per_param(0, 8) == 18 and P.states_bytes_per_param(1, 4) == 9
+    assert P.states_bytes_per_param(2, 8) == 6 and P.states_bytes_per_param(3, 6) == 3
+
+
+def test_memory_of_a_known_layout():
+    # TP 8 · PP 2 · DP 4 with the distributed optimizer: 70e9/16 params × 9 bytes = 36.7 GiB of states; activations
+    # 34·4096·1·8192/8 bytes × 40 layers × 2 micro-batches in flight = 10.6 GiB
+    assert P.memory(M70, 8, 2, 4, 1, "selective", 1) == (36.7, 10.6, 50.3)
+
+
+def test_the_best_70b_layouts_fit_and_the_seed_row_is_among_them():
+    cands = P.candidates(M70, 64, 80)
+    assert all(c.fits for c in cands[:5])
+    assert any((c.tp, c.pp, c.dp, c.zero_stage) == (8, 2, 4, 1) for c in cands[:3])
+    assert [r["tp"] for r in P.seed_rows(70e9)] == [8, 4]
+
+
+def test_a_slow_network_prefers_pipeline_over_data_parallel():
+    best = P.candidates(M70, 64, 80, "slow")[0]
+    assert best.pp >= 4 and best.dp <= 2
+
+
+def test_nothing_fits_on_too_few_gpus_and_the_closest_come_first():
+    cands = P.candidates(M70, 8, 80)
+    assert not any(c.fits for c in cands)
+    assert cands[0].total == min(c.total for c in cands)
+    assert P.min_gpus(M70, 80) == 23
+
+
+def test_smallest_instance_that_fits():
+    assert P.choose_instance(P.Model.of(7e9, 4096), 8, "efa", 1) == ("p4d.24xlarge", "a100-40gb")
+    assert P.choose_instance(M70, 16, "efa", 1)[0] != "p4d.24xlarge"
+
+
+@pytest.mark.parametrize("text,value", [("70B", 70e9), ("1.3b", 1.3e9), ("800M", 8e8)])
+def test_parameter_counts(text, value):
+    assert P.parse_count(text) == value
+
+
+def test_cli_json_and_bad_input():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "bot.cli", "plan", *a], cwd=ROOT,   # noqa: E731
+                                    capture_output=True, text=True)
+    out = run("--params", "70B", "--gpus", "64", "--gpu", "h100-80gb", "--json")
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == "triage.plan/v1" and doc["min_gpus"] == 23
+    c = doc["candidates"][0]
+    assert set(c) >= {"dp", "tp", "pp", "ep", "cp", "vpp", "zero_stage", "micro_batch", "memory_gib", "fits", "why",
+                      "source"}
+    assert set(c["memory_gib"]) == {"states", "activations", "total"}
+    bad = run("--params", "seventy", "--gpus", "8")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
