@@ -17,7 +17,7 @@ SETTINGS: dict[str, type] = {
     "distributed_timeout_minutes": int, "zero_stage": int, "zero_optimization_stage": int, "initial_loss_scale": float,
     "data_parallel_size": int, "world_size": int, "layernorm_epsilon": float, "use_distributed_optimizer": bool,
     "train_micro_batch_size_per_gpu": int, "gradient_clipping": float, "initial_scale_power": int,
-    "expert_model_parallel_size": int, "seq_length": int, "gradient_accumulation_steps": int,
+    "expert_model_parallel_size": int, "seq_length": int, "gradient_accumulation_steps": int, "hidden_size": int,
     # the HF Trainer's and Lightning's names
     "per_device_train_batch_size": int, "max_grad_norm": float, "learning_rate": float, "gradient_checkpointing": bool,
     "accumulate_grad_batches": int, "gradient_clip_val": float,
@@ -40,6 +40,7 @@ FLAG_TO_KEY = {
     "checkpoint-activations": "recompute_activations", "fp16": "fp16", "bf16": "bf16",
     "distributed-timeout-minutes": "distributed_timeout_minutes", "expert-model-parallel-size": "expert_model_parallel_size",
     "use-distributed-optimizer": "use_distributed_optimizer", "recompute-granularity": "recompute_granularity",
+    "hidden-size": "hidden_size", "seq-length": "seq_length",
     # HF Trainer command lines
     "per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
     "max_grad_norm": "clip_grad", "learning_rate": "lr", "gradient_checkpointing": "recompute_activations",
@@ -54,7 +55,9 @@ ENV = "env"
 CONTEXT_KEYS = (ENV, "hosts", "world_size", "instance_family", "parameters", "framework", "sharding_engine")
 DERIVED_KEYS = ("model_state_gib_fp32_adam", "model_state_gib_mixed_adam", "min_gpus_80gb", "model_state_gib_12_bytes",
                 "next_tensor_model_parallel_size", "next_pipeline_model_parallel_size",
-                "next_virtual_pipeline_model_parallel_size", "min_micro_batches")   # core/layout.py
+                "next_virtual_pipeline_model_parallel_size", "min_micro_batches",   # core/layout.py
+                "mem_states_gib", "mem_activations_gib", "mem_total_gib", "mem_saved_half_micro_gib",
+                "mem_saved_next_tp_gib")   # core/plan.py, the job's own config
 KEYS: frozenset[str] = frozenset(
     {ALIASES.get(k, k) for k in SETTINGS} | set(CONTEXT_KEYS) | set(DERIVED_KEYS))
 

@@ -169,3 +169,32 @@ def choose_instance(m: Model, gpus: int, network: str, mb: int) -> tuple[str, st
         if any(c.fits for c in candidates(m, gpus, GPU_GIB[gpu], network, mb)):
             return instance, gpu
     return INSTANCES[-1]
+
+
+def job_memory(job: dict) -> dict:
+    """The memory per GPU of the job's own config, when its arguments show enough of it (hidden size, layers and
+    the parameter count or enough to estimate it), and what the OOM ladder's first rungs would save."""
+    def num(key: str, default=None):
+        v = job.get(key, default)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+    layers, hidden = num("num_layers"), num("hidden_size")
+    if not layers or not hidden:
+        return {}
+    params = num("parameters") or 12 * layers * hidden ** 2   # the transformer blocks' weights
+    tp, pp, mb = num("tensor_model_parallel_size", 1), num("pipeline_model_parallel_size", 1), num("micro_batch_size", 1)
+    world = num("world_size")
+    dp = num("data_parallel_size") or (world // (tp * pp) if world and world % (tp * pp) == 0 else 1)
+    zero = num("zero_stage") or (1 if job.get("use_distributed_optimizer") is True else 0)
+    recompute = "full" if job.get("recompute_granularity") == "full" else "selective"
+    m = Model(params, int(layers), int(hidden), 1, int(num("seq_length", 4096)))
+    states, acts, total = memory(m, int(tp), int(pp), int(dp), min(int(zero), 3), recompute, int(mb))
+    out = {"mem_states_gib": states, "mem_activations_gib": acts, "mem_total_gib": total}
+    if mb > 1:
+        out["mem_saved_half_micro_gib"] = round(acts - memory(m, int(tp), int(pp), int(dp), min(int(zero), 3),
+                                                              recompute, max(1, int(mb) // 2))[1], 1)
+    nxt = layout.next_tp(job)
+    if nxt:
+        out["mem_saved_next_tp_gib"] = round(total - memory(m, nxt, int(pp), max(1, int(dp) * int(tp) // nxt),
+                                                            min(int(zero), 3), recompute, int(mb))[2], 1)
+    return out
+

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from core import frameworks as FW
 from core import job as J
-from core import layout
+from core import layout, plan
 from core import versions as V
 from core.models import Change, Finding, Step
 from playbooks.check import COMPUTE_OPS, PLACEHOLDER, Checker
@@ -104,6 +104,7 @@ def derived_job(job: dict[str, Any]) -> dict[str, Any]:
     """The runbook's memory math, when the log shows the parameter count, and the next valid layout sizes."""
     out = dict(job)
     out.update(layout.derived(job))
+    out.update(plan.job_memory(job))
     p = job.get("parameters")
     if isinstance(p, (int, float)) and p > 0:
         fp32, mixed, gpus, twelve = J.DERIVED_KEYS[:4]

@@ -71,3 +71,29 @@ def test_cli_json_and_bad_input():
     assert set(c["memory_gib"]) == {"states", "activations", "total"}
     bad = run("--params", "seventy", "--gpus", "8")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+OOM_ARGS = ("------------------------ arguments ------------------------\n"
+            "  hidden_size ..................................... 8192\n"
+            "  micro_batch_size ................................ 4\n"
+            "  num_layers ...................................... 80\n"
+            "  pipeline_model_parallel_size .................... 4\n"
+            "  seq_length ...................................... 4096\n"
+            "  tensor_model_parallel_size ...................... 4\n"
+            "  use_distributed_optimizer ....................... True\n"
+            "  world_size ...................................... 64\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "79.11 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 78.04 GiB memory in use.\n")
+
+
+def test_the_oom_answer_estimates_the_jobs_own_memory_and_what_each_rung_saves(run):
+    d = run(OOM_ARGS)
+    step = next(s for s in d.findings[0].steps if s.id == "cuda_oom.memory_math")
+    assert "needs about 121.8 GiB per GPU" in step.text and "against the GPU's 79.11 GiB" in step.text
+    assert "Halving the micro-batch saves about 42.5 GiB" in step.text and "(?)" not in step.text
+
+
+def test_job_memory_needs_the_shape():
+    assert P.job_memory({"micro_batch_size": 4}) == {}
+    mem = P.job_memory({"num_layers": 32, "hidden_size": 4096, "micro_batch_size": 1})
+    assert "mem_saved_half_micro_gib" not in mem and mem["mem_total_gib"] > 0
