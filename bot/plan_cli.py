@@ -23,6 +23,51 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_plan)
 
 
+def plan_text(words: str) -> str:
+    """`/diagnose plan 70B 64 h100-80gb [slow]` or `/diagnose plan --params 70B --gpus 64 …`: the plan as text; a
+    ValueError with one line on bad input (no argparse here: it would print usage to the bot's stderr and exit)."""
+    import shlex
+    from types import SimpleNamespace
+    example = " (e.g. /diagnose plan 70B 64 h100-80gb)"
+    try:
+        tokens = shlex.split(words)
+    except ValueError as e:
+        raise ValueError(f"plan: {e}{example}") from None
+    opts = {"seq_len": "4096", "micro_batch": "1", "network": "efa", "top": "5"}
+    bare: list[str] = []
+    while tokens:
+        t = tokens.pop(0)
+        if t.startswith("--") and tokens:
+            opts[t[2:].replace("-", "_")] = tokens.pop(0)
+        elif t in ("efa", "ib", "slow"):
+            opts["network"] = t
+        else:
+            bare.append(t)
+    for key, value in zip(("params", "gpus", "gpu"), bare):
+        opts.setdefault(key, value)
+    try:
+        if not str(opts.get("gpus", "0")).isdigit():
+            raise P.PlanError(f"the GPU count must be a whole number, not '{opts['gpus']}'")
+        args = SimpleNamespace(params=opts["params"], gpus=int(opts["gpus"]), gpu=opts.get("gpu"),
+                               seq_len=int(opts["seq_len"]), micro_batch=int(opts["micro_batch"]),
+                               network=opts["network"], top=int(opts["top"]), layers=_int(opts.get("layers")),
+                               hidden=_int(opts.get("hidden")), heads=_int(opts.get("heads")))
+        if args.gpu is not None and args.gpu not in P.GPU_GIB:
+            raise P.PlanError(f"unknown GPU '{args.gpu}' (one of {', '.join(sorted(P.GPU_GIB))})")
+        model = P.Model.of(P.parse_count(args.params), args.seq_len, args.layers, args.hidden, args.heads)
+        instance, gpu = (None, args.gpu) if args.gpu else P.choose_instance(model, args.gpus, args.network, args.micro_batch)
+        shown = P.candidates(model, args.gpus, P.GPU_GIB[gpu], args.network, args.micro_batch)[:max(1, args.top)]
+    except KeyError as e:
+        raise ValueError(f"plan: needs {e.args[0]}{example}") from None
+    except (ValueError, P.PlanError) as e:
+        raise ValueError(f"plan: {e}{example}") from None
+    return _text(model, args, gpu, instance, P.min_gpus(model, P.GPU_GIB[gpu]), shown)
+
+
+def _int(v: str | None) -> int | None:
+    return int(v) if v is not None else None
+
+
 def cmd_plan(args, settings) -> int:
     try:
         model = P.Model.of(P.parse_count(args.params), args.seq_len, args.layers, args.hidden, args.heads)

@@ -213,6 +213,9 @@ class SlackBot:
         if body.lower() == "report":
             self._post_report(client, channel, respond)
             return
+        if body.lower().startswith("plan ") or body.lower() == "plan":
+            self._post_plan(body[4:], respond)
+            return
         lang = self.lang(client, command.get("user_id"))
         try:
             d, did = self.triage.run(body.encode(), "pasted log", lang, **meta) if body else (None, None)
@@ -234,6 +237,16 @@ class SlackBot:
             return
         if cut and not self._attach_full(client, channel, None, d, did, lang):
             respond(text=kit.ATTACH_FAILED, response_type="ephemeral")
+
+    def _post_plan(self, words: str, respond) -> None:
+        from bot.plan_cli import plan_text
+        try:
+            text = plan_text(words)
+        except ValueError as e:
+            respond(text=f":warning: {kit.esc(str(e))}", response_type="ephemeral")
+            return
+        blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "```" + kit.esc(text)[:2900] + "```"}}]
+        respond(blocks=blocks, text=kit.esc(text.splitlines()[0]), response_type="in_channel")
 
     def _post_report(self, client: WebClient, channel: str, respond) -> None:
         from bot import report

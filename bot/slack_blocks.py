@@ -184,6 +184,7 @@ USAGE = ("Usage: *Train Triage* reads a failed or slow training job's log and na
          "NCCL_DEBUG=INFO lines help for hangs and EFA).\n"
          "• `/diagnose <question>`: the runbook sections that answer it (only you see the answer).\n"
          "• `/diagnose report`: this week's tuning report in this channel.\n"
+         "• `/diagnose plan 70B 64 h100-80gb [slow]`: parallel layouts and memory per GPU before a launch.\n"
          "• `@triage` in a thread: diagnose every pasted log and attached `.log`/`.txt`/`.gz`/archive there; "
          "`@triage together` reads them as one job's per-node logs.\n"
          "• ⋯ → *Diagnose this message* on any message. Every answer has 👍/👎 and a 'wrong diagnosis' picker.")

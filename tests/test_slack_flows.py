@@ -343,3 +343,16 @@ def test_every_evidence_citation_is_a_runbook_section():
     assert all_cites() <= set(load().sections)
     assert [a.kind for a in asks_for("loss spikes to nan after 10k steps")] == ["loss"]
     assert asks_for("thanks, that fixed it") == []
+
+
+def test_slash_plan_answers_in_channel_and_bad_input_only_to_the_asker(slack_bot):
+    h = slack_bot()
+    h.slash("plan 70B 64 h100-80gb --top 2")
+    resp = h.fake.wait(lambda: h.fake.responses)[0]
+    assert resp["response_type"] == "in_channel"
+    text = _texts(resp["blocks"])
+    assert "Candidates, best first" in text and "TP 8 · PP 2 · DP 4" in text
+    h.slash("plan seventy 8")
+    bad = h.fake.wait(lambda: len(h.fake.responses) > 1 and h.fake.responses)[1]
+    assert bad["response_type"] == "ephemeral" and "not a parameter count" in bad["text"]
+    assert not h.store.recent(5)   # a plan is not a diagnosis
