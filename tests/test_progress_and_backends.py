@@ -68,6 +68,23 @@ def test_hyperscan_and_pure_python_scanners_agree(books):
     assert isinstance(scan.make_backend([b"x"], "hyperscan"), scan._HyperscanBackend)
 
 
+def test_both_scanners_agree_on_the_whole_corpus_and_an_hf_arguments_dump(books):
+    """The pure-Python matcher finds non-overlapping literals only: a trigger that half-overlaps another (HF's
+    'per_device_train_batch_size' against a '_size=' trigger once did) loses lines there and nowhere else."""
+    pytest.importorskip("hyperscan")
+    from core.ingest import from_bytes
+    from engine import Engine
+    texts = [json.loads(x)["text"] for p in sorted((ROOT / "tests" / "corpus").glob("*.jsonl"))
+             for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
+    texts.append("***** Running training *****\nTrainingArguments(\n_n_gpu=1,\ngradient_accumulation_steps=2,\n"
+                 "per_device_train_batch_size=8,\nmax_grad_norm=1.0,\n)\ntorch.OutOfMemoryError: CUDA out of memory.\n")
+    engines = {b: Engine(books, backend=b) for b in ("re", "hyperscan")}
+    for text in texts:
+        out = {b: e.diagnose(from_bytes(text.encode(), "case")).to_json_dict() for b, e in engines.items()}
+        assert out["re"] == out["hyperscan"], text[:200]
+    assert out["re"]["job"]["micro_batch_size"] == 8 and out["re"]["job"]["clip_grad"] == 1.0
+
+
 def test_megatron_bulk_path_matches_line_by_line_reading(engine, monkeypatch, tmp_path):
     from core.ingest import from_bytes
     from parsers.convergence import LossParser

@@ -50,7 +50,9 @@ class ContextCollector(Collector):
         "torch", "PyTorch", "EFA installer", "efa-installer", " ....", "train_micro_batch_size_per_gpu", "zero_optimization_stage", "--", '"train_micro_batch_size_per_gpu"',
         '"gradient_clipping"', '"initial_scale_power"', "number of parameters", "trainable parameters",
         "Total params", "total parameters", "nranks", "NCCL_", "FI_", "RDMAV_", "PYTORCH_CUDA_", "world_size", "world size", "WORLD_SIZE", "xlarge", "platform",
-        "Linux", "_size=", "_steps=", "_norm=", "learning_rate=", "checkpointing=", "bf16=", "fp16=",
+        # the HF TrainingArguments dump, whole keys: a trigger may contain another, never half-overlap one
+        "Linux", "per_device_train_batch_size=", "gradient_accumulation_steps=", "max_grad_norm=", "learning_rate=",
+        "gradient_checkpointing=", "bf16=", "fp16=",
     )
 
     # NCCL INFO logs are mostly communicator set-up; their "comm 0x… rank N nranks M" lines are read chunk-wide.
