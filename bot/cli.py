@@ -343,8 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("corpus", nargs="+", help="JSON-lines corpus file(s), scored together")
     e.add_argument("--markdown", action="store_true", help="print the per-symptom table as Markdown (the README's)")
     e.set_defaults(func=cmd_eval)
+    from bot.corpus_export import add_parser as add_corpus
     from bot.plan_cli import add_parser as add_plan
     add_plan(sub)
+    add_corpus(sub)
     return p
 
 

@@ -1,4 +1,6 @@
 """The weekly report from a store seeded with several weeks of diagnoses made by the real engine."""
+import json
+import os
 import struct
 import subprocess
 import sys
@@ -224,3 +226,26 @@ def test_tracebacks_source_lines_and_torchrun_summaries_are_not_unknown_errors(r
            "  exitcode  : 1 (pid: 4413)\n")
     templates = [u["template"] for u in run(log).unclaimed]
     assert len(templates) == 1 and templates[0].startswith("RuntimeError: shard <n> failed to load")
+
+
+def test_feedback_exports_as_corpus_cases_that_eval_reads(seeded, tmp_path, engine):
+    from bot.corpus_export import feedback_cases
+    from bot.evaluate import evaluate
+    store, ids = seeded
+    cases = list(feedback_cases(store))
+    assert [(c["id"], c["label"]) for c in cases] == [(f"feedback-{ids['fork']}", "nccl_error")]
+    case = cases[0]
+    assert "Cannot allocate memory" in case["text"] and "the bot said fork_enomem" in case["note"]
+    assert not list(feedback_cases(store, NOW + timedelta(days=1)))   # --since after it: nothing
+    sc = evaluate([json.dumps(case)], engine)   # the format triage eval reads; the bot still says fork_enomem
+    assert sc.total == 1 and sc.wrong == [(case["id"], "nccl_error", "fork_enomem")]
+
+
+def test_corpus_export_cli(tmp_path):
+    env = {**os.environ, "TRIAGE_DB": str(tmp_path / "empty.db")}
+    out = subprocess.run([sys.executable, "-m", "bot.cli", "corpus", "export", "--feedback", "--since", "7d"],
+                         cwd=ROOT, capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout == ""
+    bad = subprocess.run([sys.executable, "-m", "bot.cli", "corpus", "export"], cwd=ROOT, capture_output=True,
+                         text=True, env=env)
+    assert bad.returncode == 2 and "--feedback" in bad.stderr
