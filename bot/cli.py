@@ -10,15 +10,7 @@ from bot.settings import Settings, SettingsError
 from core.ingest import UnusableInput
 from core.facts import LOG_HOLDS_HOST
 from playbooks.engine import PlaybookError
-
-
-def _engine(settings: Settings):
-    """The diagnosis engine with the built-in playbooks plus TRIAGE_PLAYBOOKS (every file checked at load: a bad
-    symptom, path or citation fails here) and the team's parser options and scanner backend."""
-    from engine import Engine
-    from playbooks.engine import load
-    books = load(settings.playbooks, cache=settings.cache_dir / "playbooks")
-    return Engine(books, settings.parser_options(), settings.scan_backend)
+from bot.wiring import engine as _engine, store as _store
 
 
 def _record(store, d, job: str | None) -> int | None:
@@ -29,11 +21,6 @@ def _record(store, d, job: str | None) -> int | None:
     except sqlite3.Error as e:
         print(f"triage: {d.input.name}: not stored in TRIAGE_DB ({e})", file=sys.stderr)
         return None
-
-
-def _store(settings: Settings):
-    from bot.store import Store
-    return Store(settings.db)
 
 
 def cmd_diagnose(args, settings: Settings) -> int:
@@ -344,9 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--markdown", action="store_true", help="print the per-symptom table as Markdown (the README's)")
     e.set_defaults(func=cmd_eval)
     from bot.corpus_export import add_parser as add_corpus
+    from bot.notify import add_parser as add_notify
     from bot.plan_cli import add_parser as add_plan
+    from bot.watch import add_parser as add_watch
     add_plan(sub)
     add_corpus(sub)
+    add_notify(sub)
+    add_watch(sub)
     return p
 
 

@@ -38,7 +38,7 @@ class Triage:
                 continue
             if not d.findings and not keep_empty:
                 continue
-            yield src.name, d, self._record(d, data, **meta), ""
+            yield src.name, d, self.record(d, data, **meta), ""
         for note in notes:   # what the archive as a whole says, reported like a skipped input
             yield name, None, None, note
 
@@ -46,7 +46,7 @@ class Triage:
         """Raises core.ingest.UnusableInput for input that is not a log. The diagnosis is committed to the store
         (when there is one) before this returns, so an answer that fails to post loses nothing."""
         d = self.engine.diagnose(from_bytes(data, name, self.max_bytes), lang)
-        return d, self._record(d, data, **meta)
+        return d, self.record(d, data, **meta)
 
     def run_together(self, inputs: list[tuple[str, bytes]], name: str, lang: str = "en",
                      **meta: str) -> tuple[Diagnosis, int | None]:
@@ -54,9 +54,9 @@ class Triage:
         core.ingest.UnusableInput when none of them can be read."""
         joined = Joined(name, [lambda n=n, b=b: expand(from_bytes(b, n, self.max_bytes)) for n, b in inputs])
         d = self.engine.diagnose(joined, lang)
-        return d, self._record(d, b"\0".join(b for _, b in inputs), **meta)
+        return d, self.record(d, b"\0".join(b for _, b in inputs), **meta)
 
-    def _record(self, d: Diagnosis, data: bytes, **meta: str) -> int | None:
+    def record(self, d: Diagnosis, data: bytes | None, **meta: str) -> int | None:
         """Store the diagnosis; when the database cannot take it (disk full, locked, damaged) the asker still gets
         the answer, with a note that it was not stored, and the failure is logged."""
         if self.store is None:

@@ -109,14 +109,15 @@ class SlackBot:
     def allowed(self, channel: str | None) -> bool:
         return not self.settings.allowed_channels or (channel or "") in self.settings.allowed_channels
 
-    def _answer(self, d: Diagnosis, did: int | None, lang: str = "en") -> tuple[list[dict], str, bool]:
+    def answer(self, d: Diagnosis, did: int | None, lang: str = "en") -> tuple[list[dict], str, bool]:
         phrasing = self.triage.phraser.phrase(d, lang, did) if self.triage.phraser and d.findings else None
         blocks, cut = kit.diagnosis_blocks(d, did, self.settings.runbook_url, lang=lang, phrasing=phrasing)
         return blocks, kit.fallback_text(d), cut
 
-    def _post_diagnosis(self, client: WebClient, channel: str, thread_ts: str | None, d: Diagnosis, did: int | None,
-                        lang: str = "en", blocks_text=None) -> None:
-        blocks, text, cut = blocks_text or self._answer(d, did, lang)
+    def post_diagnosis(self, client: WebClient, channel: str, thread_ts: str | None, d: Diagnosis, did: int | None,
+                       lang: str = "en", blocks_text=None) -> str | None:
+        """Post (or queue in the outbox); the message ts when Slack took it now, None when it waits for a retry."""
+        blocks, text, cut = blocks_text or self.answer(d, did, lang)
         payload = {"channel": channel, "blocks": blocks, "text": text}
         if thread_ts:
             payload["thread_ts"] = thread_ts
@@ -129,6 +130,7 @@ class SlackBot:
                 client.chat_postMessage(channel=channel, thread_ts=thread_ts or ts, text=kit.ATTACH_FAILED)
             except Exception as e:
                 log.warning("could not say the attachment failed: %s", type(e).__name__)
+        return ts
 
     def _attach_full(self, client: WebClient, channel: str, thread_ts: str | None, d: Diagnosis,
                      did: int | None, lang: str = "en") -> bool:
@@ -226,14 +228,14 @@ class SlackBot:
             respond(blocks=self._question_blocks(body, lang), text=f"Runbook sections for: {kit.esc(body[:100])}",
                     response_type="ephemeral")   # an answer to one person's question goes to that person
             return
-        blocks, fallback, cut = self._answer(d, did, lang)
+        blocks, fallback, cut = self.answer(d, did, lang)
         try:
             r = respond(blocks=blocks, text=fallback, response_type="in_channel")
             ok = getattr(r, "status_code", 200) == 200
         except Exception:
             ok = False
         if not ok:  # response_url failed: post to the channel, through the outbox if Slack is down
-            self._post_diagnosis(client, channel, None, d, did, lang, (blocks, fallback, False))
+            self.post_diagnosis(client, channel, None, d, did, lang, (blocks, fallback, False))
             return
         if cut and not self._attach_full(client, channel, None, d, did, lang):
             respond(text=kit.ATTACH_FAILED, response_type="ephemeral")
@@ -317,7 +319,7 @@ class SlackBot:
                 continue  # ordinary conversation in the thread (a pasted crash nobody recognises is still answered)
             if inp.note:
                 d.input.truncated = True
-            self._post_diagnosis(client, channel, root, d, did, lang)
+            self.post_diagnosis(client, channel, root, d, did, lang)
             answered += 1
         if not answered:
             question = message_text(mention_text)
@@ -352,7 +354,7 @@ class SlackBot:
             if d is None:
                 notes.append(f"`{inp.name}`: {err}")
                 continue
-            self._post_diagnosis(client, channel, root, d, did, lang)
+            self.post_diagnosis(client, channel, root, d, did, lang)
             posted = True
         if not posted:
             client.chat_postMessage(channel=channel, thread_ts=root, text="I found no log in that message.")

@@ -93,6 +93,12 @@ def m006_outbox_lease(db: sqlite_utils.Database) -> None:
         db["outbox"].add_column(column, str)
 
 
+@migrations()
+def m007_watched(db: sqlite_utils.Database) -> None:
+    """What `triage watch` did with each job it saw, so a restart neither posts twice nor forgets a quiet job."""
+    db["watched"].create({"job": str, "signature": str, "status": str, "diagnosis_id": int, "at": str}, pk="job")
+
+
 def job_key_for(d: Diagnosis, given: str = "") -> str:
     """Which job a log belongs to: the name given, a Slurm job id in the log or file name, else the file name."""
     if given:
@@ -197,6 +203,12 @@ class Store:
                     if (h, f.symptom, role) not in seen:
                         seen.add((h, f.symptom, role))
                         yield {"diagnosis_id": did, "host": h, "role": role, "symptom": f.symptom}
+
+    def job_thread(self, job_key: str, channel: str) -> str | None:
+        """The ts of the first answer posted about this job in this channel: later ones go in its thread."""
+        rows = list(self.db.query("select message_ts from diagnoses where job_key = ? and channel = ? and "
+                                  "message_ts != '' order by id limit 1", [job_key, channel]))
+        return rows[0]["message_ts"] if rows else None
 
     def set_message(self, diagnosis_id: int, channel: str, ts: str) -> None:
         with self.write():

@@ -1,0 +1,161 @@
+"""`triage watch DIR`: watch a job-log directory (an FSx for Lustre job folder, a shared Kubernetes volume) and post
+a job's diagnosis once its logs have stopped growing and show a failure — once per job, remembered in the store so
+a restart neither posts twice nor forgets a job that was quiet last time.
+
+A job is a sub-directory of DIR (all the log files under it, read together), or the top-level log files that share
+a Slurm job id in their names (`slurm-1234.out` + `slurm-1234.err`), or else one top-level file."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from core.ingest import UnusableInput
+from core.inputs import LOG_SUFFIXES, log_paths
+
+log = logging.getLogger("triage.watch")
+JOB_ID = re.compile(r"(?:slurm|job)[-_]?(\d+)", re.I)
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """60, 60s, 2m, 1h, 7d → seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise ValueError(f"'{text}' is not a duration like 60s, 2m, 1h or 7d")
+    return float(m.group(1)) * UNITS[m.group(2) or "s"]
+
+
+def jobs_in(root: str) -> dict[str, list[tuple[str, str]]]:
+    """job key → (path, name shown) of its log files."""
+    jobs: dict[str, list[tuple[str, str]]] = {}
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as e:
+        log.warning("cannot list %s: %s", root, e)
+        return jobs
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            paths, _ = log_paths([entry.path])
+            if paths and paths[0][0] != entry.path:   # a folder without log files is kept as-is by log_paths
+                jobs[entry.name] = [(p, f"{entry.name}/{n}") for p, n in paths]
+        elif entry.is_file() and entry.name.lower().endswith(LOG_SUFFIXES):
+            m = JOB_ID.search(entry.name)
+            jobs.setdefault(f"slurm:{m.group(1)}" if m else entry.name.split(".")[0], []).append(
+                (entry.path, entry.name))
+    return jobs
+
+
+def signature(paths: list[tuple[str, str]]) -> tuple[str, float] | None:
+    """(what the files look like now, the newest mtime), or None when one vanished mid-scan."""
+    try:
+        stats = [(name, os.stat(p)) for p, name in paths]
+    except OSError:
+        return None
+    sig = json.dumps([(n, s.st_size, s.st_mtime_ns) for n, s in stats])
+    return sig, max(s.st_mtime for _, s in stats)
+
+
+@dataclass
+class Watcher:
+    root: str
+    notifier: object          # bot.notify.Notifier
+    settle: float = 60.0
+    max_age: float = 86400.0
+
+    def _key(self, job: str) -> str:
+        return f"{os.path.abspath(self.root)}::{job}"
+
+    def _seen(self, job: str) -> dict | None:
+        rows = list(self.notifier.store.db.query("select * from watched where job = ?", [self._key(job)]))
+        return rows[0] if rows else None
+
+    def _mark(self, job: str, sig: str, status: str, did: int | None = None) -> None:
+        from bot.store import now
+        with self.notifier.store.write() as db:
+            db["watched"].upsert({"job": self._key(job), "signature": sig, "status": status, "diagnosis_id": did,
+                                  "at": now()}, pk="job")
+
+    def scan(self, at: float | None = None) -> list[tuple[str, object]]:
+        """One pass: diagnose every job that settled since it was last seen; post the ones with a finding."""
+        at = time.time() if at is None else at
+        done = []
+        for job, paths in jobs_in(self.root).items():
+            seen = signature(paths)
+            if seen is None or not (self.settle <= at - seen[1] <= self.max_age):
+                continue   # still growing, or older than --max-age (not this watcher's to announce)
+            sig, row = seen[0], self._seen(job)
+            if row and (row["status"] == "posted" or row["signature"] == sig):
+                continue
+            done.append((job, self._handle(job, paths, sig)))
+        return done
+
+    def _handle(self, job: str, paths: list[tuple[str, str]], sig: str):
+        try:
+            d = self.notifier.diagnose(paths, f"{job} ({len(paths)} files)")
+        except UnusableInput as e:
+            self._mark(job, sig, "unreadable")
+            return f"unreadable: {e}"
+        if not d.findings:
+            self._mark(job, sig, "clean")   # looked at again only if its files change
+            return "clean"
+        try:
+            out = self.notifier.job(paths, job, diagnosis=d)
+        except Exception as e:   # Slack refused for good: retried when the files change, not on every pass
+            from bot.notify import _slack_error
+            self._mark(job, sig, "failed")
+            return f"not posted: {_slack_error(e)}"
+        self._mark(job, sig, "posted", out.diagnosis_id)
+        return out
+
+    def run(self, stop: threading.Event, every: float) -> None:
+        """Scan until `stop` is set (a set one: a single pass), saying on stdout what each job got."""
+        from bot.notify import said
+        while True:
+            for job, out in self.scan():
+                print(f"triage: {job}: " + (out if isinstance(out, str) else said(out, self.notifier.channel)
+                                            .removeprefix("triage: ")), flush=True)
+            if stop.wait(every):
+                return
+
+
+def cmd_watch(args, settings) -> int:
+    import signal
+
+    from bot.wiring import engine as _engine, store as _store
+    from bot.notify import Notifier, slack_ready
+    try:
+        settle, max_age = duration(args.settle), duration(args.max_age)
+    except ValueError as e:
+        print(f"triage: {e}", file=sys.stderr)
+        return 2
+    why = slack_ready(settings) or (None if os.path.isdir(args.dir) else f"{args.dir}: not a directory")
+    if why:
+        print(f"triage: {why}", file=sys.stderr)
+        return 2
+    watcher = Watcher(args.dir, Notifier(settings, _engine(settings), _store(settings), args.channel, args.lang),
+                      settle, max_age)
+    stop = threading.Event()
+    if args.once:
+        stop.set()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())   # a Kubernetes sidecar is stopped with SIGTERM
+    watcher.run(stop, min(max(settle / 4, 1.0), 30.0))
+    return 0
+
+
+def add_parser(sub) -> None:
+    w = sub.add_parser("watch", help="watch a job-log directory and post each failed job's diagnosis once")
+    w.add_argument("dir", help="the directory jobs write their logs to (one sub-directory or Slurm job id per job)")
+    w.add_argument("--channel", required=True, help="Slack channel id (C…) to post to")
+    w.add_argument("--settle", default="60s", help="a job's logs must be unchanged this long (default 60s)")
+    w.add_argument("--max-age", default="24h", help="ignore jobs whose logs last changed longer ago (default 24h)")
+    w.add_argument("--once", action="store_true", help="one pass, then exit (for a cron job or Kubernetes CronJob)")
+    w.add_argument("--lang", choices=("en", "ko"), default="en")
+    w.set_defaults(func=cmd_watch)
