@@ -123,7 +123,29 @@ def diagnosis_text(d: Diagnosis, lang: str = "en", phrasing=None) -> str:
     for i, f in enumerate(d.findings):
         lines += finding_text(f, i, lang, phrased, show_steps=(i == 0 or f.caused_by is None))
         lines.append("")
+    if d.step_time:
+        lines.append(step_time_line(d.step_time, lang))
     versions = " · ".join(f"{k} {v}" for k, v in d.versions.items() if v)
     if versions:
         lines.append(f"{t(lang, 'versions')}: {versions}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def step_time_line(st: dict, lang: str = "en") -> str:
+    """The step-time facts in one line: the typical step, the slowest outliers, a lasting slowdown."""
+    def at(x: dict) -> str:
+        if "iteration" in x:
+            return f"{'이터레이션' if lang == 'ko' else 'iteration'} {x['iteration']}"
+        return f"{x['line']}번째 줄" if lang == "ko" else f"line {x['line']}"
+    ko = lang == "ko"
+    out = (f"{'스텝 시간' if ko else 'step time'}: {'중앙값' if ko else 'median'} {st['median_s']:g} s, p90 "
+           f"{st['p90_s']:g} s ({st['steps']} {'스텝' if ko else 'steps'})")
+    if st.get("anomalous_steps"):
+        worst = st["anomalies"][0]
+        out += (f"; {'이상하게 느린 스텝' if ko else 'unusually slow steps'}: {st['anomalous_steps']} "
+                f"({'가장 느림' if ko else 'worst'} {worst['seconds']:g} s = {worst['x_median']:g}× {at(worst)})")
+    if st.get("slowdown"):
+        sd = st["slowdown"]
+        out += (f"; {at(sd)}{'부터 지속적으로' if ko else ' on, a lasting slowdown of'} {sd['pct']:g}%"
+                f"{' 느려짐' if ko else ''} ({sd['before_s']:g} s → {sd['after_s']:g} s)")
+    return out

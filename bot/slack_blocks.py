@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.i18n import finding_title, symptom_name, t
-from bot.render import change_text, verdict_lines
+from bot.render import change_text, step_time_line, verdict_lines
 from core.models import SYMPTOMS, Diagnosis, Finding
 
 MAX_BLOCKS = 50
@@ -132,6 +132,8 @@ def diagnosis_blocks(d: Diagnosis, diagnosis_id: int | None = None, runbook_url:
             cut = True  # their steps only in the full text
         if d.input.truncated:
             blocks.append(context(":scissors: The input was larger than the size cap; only part of it was read."))
+    if d.step_time:
+        blocks.append(context(":stopwatch: " + esc(step_time_line(d.step_time, lang))))
     for note in d.input.notes[:3]:   # what was skipped, capped or not stored
         blocks.append(context(":information_source: " + _safe(note, 300)))
     info = f"`{_safe(name, 100)}` · {d.input.lines} lines"

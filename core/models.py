@@ -158,12 +158,14 @@ class Diagnosis:
     findings: list[Finding] = field(default_factory=list)
     benchmarks: list[dict[str, Any]] = field(default_factory=list)   # parsed nccl-tests tables
     unclaimed: list[dict[str, Any]] = field(default_factory=list)    # error-looking line templates no parser explained
+    step_time: dict[str, Any] = field(default_factory=dict)   # the step-time series summarised (facts, not findings)
     schema_: str = SCHEMA     # "schema" in JSON
 
     def to_json_dict(self) -> dict[str, Any]:
         return {"schema": self.schema_, "input": self.input.to_dict(), "versions": dict(self.versions),
                 "job": _copy(self.job), "findings": [f.to_dict() for f in self.findings],
-                "benchmarks": _copy(self.benchmarks), "unclaimed": _copy(self.unclaimed)}
+                "benchmarks": _copy(self.benchmarks), "unclaimed": _copy(self.unclaimed),
+                "step_time": _copy(self.step_time)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Diagnosis":

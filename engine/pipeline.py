@@ -16,6 +16,7 @@ from engine.causes import order
 from parsers import READERS
 from parsers.base import Context, Parser
 from parsers.scan import Scanner
+from parsers.step_series import pick as step_time
 from playbooks import engine as playbooks
 
 log = logging.getLogger("triage.engine")
@@ -113,4 +114,4 @@ class Engine:
         info = InputInfo(name=source.name, bytes=source.bytes_read, lines=lines, truncated=source.truncated,
                          notes=list(source.notes), parts=[asdict(p) for p in getattr(source, "parts", ())])
         return Diagnosis(input=info, versions=versions, job=job, findings=findings, benchmarks=ctx.benchmarks,
-                         unclaimed=unclaimed)
+                         unclaimed=unclaimed, step_time=step_time(ctx.step_series) or {})

@@ -51,6 +51,7 @@ class Context:
     world_size: int | None = None
     benchmarks: list[dict[str, Any]] = field(default_factory=list)   # nccl-tests tables, for the weekly report
     error_lines: list[dict[str, Any]] = field(default_factory=list)  # error-looking line templates, most frequent first
+    step_series: list[Any] = field(default_factory=list)   # parsers.step_series.StepSeries, one per log format
 
 
 class Reader:

@@ -15,6 +15,7 @@ from typing import Any
 from core.models import Evidence, Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
 from parsers.loss_series import Series, SpikeThresholds, line_of as _line
+from parsers.step_series import StepSeries
 
 SCALE_COLLAPSE = 16.0
 GNAN_RUN = 3   # NaN grad norms in a row, up to the end of the log, beside a finite loss (fp16 skips come in ones and twos)
@@ -35,6 +36,10 @@ _SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to)\s*([\d.]+)")
 _SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum")
 # Megatron-LM / Megatron-DeepSpeed / GPT-NeoX iteration lines are read with plain string search (the common case
 # in big logs, so no regex): "iteration N/ M | ... | lm loss: X | ... | grad norm: G | ... nan iterations: K |".
+
+
+_ELAPSED = "elapsed time per iteration (ms):"
+_ELAPSED_B = _ELAPSED.encode()
 
 
 def _str(text) -> str:
@@ -102,6 +107,9 @@ class LossParser(Parser):
 
     def feed_bulk(self, no: int, m) -> None:
         it, rest = m.group(1, 2)
+        e = rest.find(_ELAPSED_B)
+        if e >= 0:
+            self._elapsed(int(it), rest[e + len(_ELAPSED_B):rest.find(b"|", e)], no)
         k = rest.find(b"lm loss:")
         if k < 0:
             k = rest.find(b"lm_loss:")
@@ -128,6 +136,7 @@ class LossParser(Parser):
 
     def __init__(self, options: SpikeThresholds | None = None) -> None:
         self.spike = options or SpikeThresholds()
+        self.steps = StepSeries("megatron")   # "elapsed time per iteration (ms)"
         self.series: dict[str, Series] = {}
         self.skip_to = 0
         self.nan_ev = EvidenceBox()
@@ -227,6 +236,15 @@ class LossParser(Parser):
         elif not math.isfinite(g):
             self.grad_nan += 1
         s.add(v, g, float(it), hit.no, hit.text.strip()[:500])
+        ms = _after(t or hit.text, _ELAPSED)
+        if ms is not None:
+            self._elapsed(int(it), ms, hit.no)
+
+    def _elapsed(self, it: int, ms, no: int) -> None:
+        try:
+            self.steps.add(it, float(ms) / 1000, no)
+        except ValueError:
+            pass
 
     def _scale(self, hit: Hit, t: str) -> None:
         if search(_SCALE_MIN, t):
@@ -245,6 +263,8 @@ class LossParser(Parser):
         return bool(self.nan_ev.total or self.scale_ev.total or any(s.spikes for s in self.series.values()))
 
     def finish(self, ctx: Context) -> list[Finding]:
+        if len(self.steps):
+            ctx.step_series.append(self.steps)
         out: list[Finding] = []
         nan = self._nan_finding(ctx)
         if nan:

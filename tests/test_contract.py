@@ -12,7 +12,8 @@ def test_a_real_diagnosis_survives_the_store_round_trip(run):
     doc = d.to_json_dict()
     again = Diagnosis.from_dict(json.loads(json.dumps(doc)))
     assert again.to_json_dict() == doc
-    assert list(doc) == ["schema", "input", "versions", "job", "findings", "benchmarks", "unclaimed"]
+    assert list(doc) == ["schema", "input", "versions", "job", "findings", "benchmarks", "unclaimed",
+                         "step_time"]
     assert doc["schema"] == SCHEMA and doc["findings"][0]["symptom"] == "nccl_timeout"
     assert "first_line" not in doc["findings"][0]
 

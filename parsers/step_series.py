@@ -1,0 +1,118 @@
+"""Step times from any format that prints them, summarised as facts about the run even when no symptom fires:
+the typical step, steps far slower than it (> median + 3 robust deviations, and at least 10% over the median) and
+a sustained slowdown (the second part of the run at least 10% slower than the first, at the split that shows it
+best). The first steps are left out as warm-up (compilation, the first batches, NCCL set-up)."""
+from __future__ import annotations
+
+from array import array
+from statistics import median
+from typing import Any
+
+MIN_STEPS = 8        # fewer readings say nothing about a series
+WARMUP = 2           # leading readings left out
+MAX_POINTS = 2_000_000
+ANOMALY_K = 3.0      # robust deviations (1.4826 · MAD) above the median
+ANOMALY_MIN = 1.10   # and at least this much slower than the median
+SHIFT_MIN = 1.10     # a sustained slowdown: the later part's median over the earlier part's
+SHIFT_SIDE = 8       # points each side of a split, at least
+SHIFT_Z = 4.0        # how many standard errors the two medians must differ by
+SPLITS = 50          # candidate split points tried first (then the neighbourhood of the best)
+SHOWN = 10           # anomalous steps listed
+THIN_TO = 2_000      # points the slowdown search looks at
+
+
+class StepSeries:
+    """(iteration or None, seconds, line) readings from one source (one log format), in log order."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.seconds = array("d")
+        self.iters: list[int | None] = []
+        self.lines = array("q")
+
+    def add(self, iteration: int | None, seconds: float, line: int) -> None:
+        if len(self.seconds) >= MAX_POINTS or not seconds > 0:
+            return
+        if iteration is not None and self.iters and self.iters[-1] == iteration:
+            return   # the same step printed by another rank
+        self.seconds.append(seconds)
+        self.iters.append(iteration)
+        self.lines.append(line)
+
+    def __len__(self) -> int:
+        return len(self.seconds)
+
+    def _where(self, i: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"line": self.lines[i]}
+        if self.iters[i] is not None:
+            out["iteration"] = self.iters[i]
+        return out
+
+    def summary(self) -> dict[str, Any] | None:
+        if len(self) < MIN_STEPS + WARMUP:
+            return None
+        xs = self.seconds[WARMUP:]
+        med = median(xs)
+        shift = _slowdown(xs)
+        # slow steps are judged against their own part of the run: after a lasting slowdown every step is slower
+        parts = [(0, len(xs))] if shift is None else [(0, shift[0]), (shift[0], len(xs))]
+        slow = [i + WARMUP for a, b in parts for i in _outliers(xs, a, b)]
+        ordered = sorted(xs)
+        out: dict[str, Any] = {
+            "source": self.source, "steps": len(xs), "warmup_left_out": WARMUP, "median_s": _r(med),
+            "p90_s": _r(ordered[int(0.9 * (len(ordered) - 1))]), "max_s": _r(ordered[-1]),
+            "anomalous_steps": len(slow),
+            "anomalies": [{**self._where(i), "seconds": _r(self.seconds[i]), "x_median": round(self.seconds[i] / med, 2)}
+                          for i in sorted(slow, key=lambda i: -self.seconds[i])[:SHOWN]],
+        }
+        if shift is not None:
+            k, before, after = shift
+            out["slowdown"] = {**self._where(k + WARMUP), "before_s": _r(before), "after_s": _r(after),
+                               "pct": round(100 * (after / before - 1), 1)}
+        return out
+
+
+def _outliers(xs, a: int, b: int) -> list[int]:
+    part = xs[a:b]
+    med = median(part)
+    sigma = 1.4826 * median(abs(x - med) for x in part)
+    limit = max(med + ANOMALY_K * sigma, med * ANOMALY_MIN)
+    return [a + i for i, x in enumerate(part) if x > limit]
+
+
+def _r(x: float) -> float:
+    return round(x, 4 if x < 1 else 3)
+
+
+def _slowdown(xs) -> tuple[int, float, float] | None:
+    """Where the run changes speed for good: the split (first point of the later part) that best fits two flat
+    parts (least absolute deviation from each part's median), kept when the later part is ≥ SHIFT_MIN slower.
+    Medians make single slow steps count for nothing; only a lasting change moves them. A long run is thinned to
+    THIN_TO points first, so the split is then exact to within the thinning step."""
+    every = max(1, -(-len(xs) // THIN_TO))
+    ys = list(xs[::every])
+    n = len(ys)
+    if n < 2 * SHIFT_SIDE:
+        return None
+    step = max(1, (n - 2 * SHIFT_SIDE) // SPLITS)
+    coarse = min(range(SHIFT_SIDE, n - SHIFT_SIDE + 1, step), key=lambda k: _cost(ys, k))
+    k = min(range(max(SHIFT_SIDE, coarse - step + 1), min(n - SHIFT_SIDE, coarse + step - 1) + 1),
+            key=lambda k: _cost(ys, k))
+    before, after = median(ys[:k]), median(ys[k:])
+    # and far beyond what noise moves a median by (the standard error of a median is 1.25 σ/√n; many splits were
+    # tried, hence SHIFT_Z): a short or noisy run cannot pass noise for a slowdown
+    sigma = 1.4826 * median([abs(y - before) for y in ys[:k]] + [abs(y - after) for y in ys[k:]])
+    if before > 0 and after >= before * SHIFT_MIN and after - before > SHIFT_Z * 1.25 * sigma * (1 / k + 1 / (n - k)) ** 0.5:
+        return k * every, before, after
+    return None
+
+
+def _cost(ys: list[float], k: int) -> float:
+    a, b = median(ys[:k]), median(ys[k:])
+    return sum(abs(y - a) for y in ys[:k]) + sum(abs(y - b) for y in ys[k:])
+
+
+def pick(series: list[StepSeries]) -> dict[str, Any] | None:
+    """The summary of the source with the most readings (formats are never mixed in one series)."""
+    best = max(series, key=len, default=None)
+    return best.summary() if best is not None else None

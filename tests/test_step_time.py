@@ -1,0 +1,64 @@
+"""Issue 15: step times from any format, summarised as facts (slow outliers, a lasting slowdown) even when no
+symptom fires."""
+import random
+
+from bot.render import diagnosis_text
+from bot.slack_blocks import diagnosis_blocks
+
+
+def megatron(n=120, slow_from=None, spike_at=None, noise=15.0, filler=0, seed=3):
+    rnd, out = random.Random(seed), []
+    for i in range(1, n + 1):
+        ms = 2600.0 if i == 1 else (1000 + rnd.uniform(-noise, noise)) * (1.2 if slow_from and i >= slow_from else 1)
+        if i == spike_at:
+            ms = 4800.0
+        out.append(f" [2026-11-30 10:00:{i % 60:02d}] iteration {i * 10:8d}/  500000 | consumed samples: {i * 5120:10d}"
+                   f" | elapsed time per iteration (ms): {ms:.1f} | learning rate: 2.999E-04 | global batch size:   512"
+                   f" | lm loss: {3.2 - i * 0.001:.6E} | loss scale: 1.0 | grad norm: 0.312 | number of skipped "
+                   "iterations:   0 | number of nan iterations:   0 |")
+        out += [f"[rank{k}] checkpoint shard {k} ok" for k in range(filler)]
+    return "\n".join(out) + "\n"
+
+
+def test_a_megatron_slowdown_and_a_slow_step_are_facts_of_a_healthy_log(run):
+    d = run(megatron(slow_from=80, spike_at=40))
+    assert d.findings == []
+    st = d.step_time
+    assert st["source"] == "megatron" and st["steps"] == 118 and st["warmup_left_out"] == 2
+    assert 0.98 < st["median_s"] < 1.1
+    assert st["anomalous_steps"] == 1 and st["anomalies"][0]["iteration"] == 400
+    assert st["anomalies"][0]["x_median"] > 4
+    assert st["slowdown"]["iteration"] == 800 and 18 < st["slowdown"]["pct"] < 22
+    text = diagnosis_text(d)
+    assert "iteration 800 on, a lasting slowdown of" in text and "worst 4.8 s" in text
+    blocks, _ = diagnosis_blocks(d)
+    assert any(":stopwatch:" in str(b) for b in blocks)
+    assert "스텝 시간" in diagnosis_text(d, "ko")
+
+
+def test_the_chunk_wide_and_the_line_by_line_readings_agree(run):
+    """A plain Megatron log is read chunk-wide; the same lines among other lines are read one by one."""
+    bulk = run(megatron(slow_from=80, spike_at=40)).step_time
+    mixed = run(megatron(slow_from=80, spike_at=40, filler=4)).step_time
+    assert {k: v for k, v in bulk.items() if k not in ("anomalies", "slowdown")} == \
+           {k: v for k, v in mixed.items() if k not in ("anomalies", "slowdown")}
+    assert bulk["slowdown"]["iteration"] == mixed["slowdown"]["iteration"] == 800
+
+
+def test_a_steady_run_has_no_slowdown_or_outliers_and_a_short_one_no_summary(run):
+    st = run(megatron(noise=60.0)).step_time
+    assert st["anomalous_steps"] == 0 and "slowdown" not in st
+    assert run(megatron(n=9)).step_time == {}            # 7 readings after warm-up: too few to say anything
+    assert run("iteration 10/ 100 | lm loss: 3.1 |\n").step_time == {}
+
+
+def test_nemo_and_key_value_step_times(run):
+    nemo = "".join(f"Epoch 0: : {i}/1000 [00:{i:02d}<, reduced_train_loss=2.{i:02d}, global_step={i}.0, "
+                   f"train_step_timing in s={1.5 if i < 30 else 1.9}]\n" for i in range(1, 50))
+    st = run(nemo).step_time
+    assert st["source"] == "train_step_timing" and st["median_s"] == 1.5 and st["slowdown"]["iteration"] == 30
+    kv = "".join(f"step={i} loss=2.1 step_time_ms={250 + (i % 3)}\n" for i in range(1, 30))
+    st = run(kv).step_time
+    assert st["source"] == "step_time" and 0.25 <= st["median_s"] <= 0.252 and "slowdown" not in st
+    # a number that is not a step time: "iter_time" must be a key, not part of another word
+    assert run("".join(f"max_iter_timeout={i}\n" for i in range(30))).step_time == {}
