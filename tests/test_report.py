@@ -90,6 +90,8 @@ def test_report_numbers_sections_and_charts(seeded, tmp_path):
     ck = next(u for u in r.unclaimed if "Checkpoint shard" in u["template"])
     assert ck["diagnoses"] == 2 and ck["lines"] == 2
     assert r.votes == {"up": 2, "down": 1} and r.wrong == [{"id": ids["fork"], "said": "fork_enomem", "right": "nccl_error"}]
+    assert r.precision["cuda_oom"] == [1, 1] and r.precision["fork_enomem"] == [0, 1]
+    assert sum(n for _, n in r.precision.values()) == 3
     assert {j["job"]: (j["loss_spike"], j["loss_nan"]) for j in r.loss}["job-b"] == (1, 1)
     assert r.moe and r.moe[0]["drop_rate"] == 0.184
     slow = [t for t in r.throughput if t["symptom"] == "slow_comm"]
@@ -107,6 +109,8 @@ def test_report_numbers_sections_and_charts(seeded, tmp_path):
                     "## nccl-tests bus",
                     "## Unrecognised errors", "## Helpfulness"):
         assert heading in md
+    assert "Precision from votes: 67% (2 of 3 rated answers marked helpful)" in md
+    assert "| fork_enomem | 0 | 1 | 0% |" in md and "triage corpus export --feedback" in md
     assert f"#{ids['oom'][0]}" in md and "| cuda_oom | 3 | 1 | +200% |" in md
     assert sorted(p.name for p in rep.charts) == ["incidents_by_day.png", "nccl_tests.png", "root_causes.png"]
     for p in rep.charts:

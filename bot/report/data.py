@@ -68,6 +68,7 @@ class ReportData:
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
     unclaimed: list[dict[str, Any]] = field(default_factory=list)
     votes: Counter = field(default_factory=Counter)
+    precision: dict[str, list[int]] = field(default_factory=dict)   # symptom said -> [answers 👍, answers rated]
     wrong: list[dict[str, Any]] = field(default_factory=list)
     tune_next: list[dict[str, Any]] = field(default_factory=list)
 
@@ -219,6 +220,9 @@ def _feedback(r: ReportData, rows: list[dict]) -> None:
     for row in rows:
         if row["vote"]:
             r.votes[row["vote"]] += 1
+            right = r.precision.setdefault(row["top_symptom"], [0, 0])
+            right[0] += row["vote"] == "up"
+            right[1] += 1
         if row["correct_symptom"]:
             r.wrong.append({"id": row["id"], "said": row["top_symptom"], "right": row["correct_symptom"]})
 

@@ -84,11 +84,26 @@ def render(r: ReportData, charts: list[Path]) -> str:
         out.append("")
     if r.votes or r.wrong:
         out += ["## Helpfulness", "", f"👍 {r.votes.get('up', 0)} · 👎 {r.votes.get('down', 0)}", ""]
+        out += _precision(r)
         out += [f"- #{w['id']}: said `{w['said']}`, users say `{w['right']}`" for w in r.wrong]
+        if r.wrong:
+            out += ["", "`triage corpus export --feedback --since 7d > feedback.jsonl` turns these into eval cases."]
         out.append("")
     if not r.total:
         out += ["No diagnoses were recorded in this period.", ""]
     return "\n".join(out)
+
+
+def _precision(r: ReportData) -> list[str]:
+    """This period's precision as users rated it: the share of rated answers marked helpful, per symptom said."""
+    up, rated = (sum(v[i] for v in r.precision.values()) for i in (0, 1))
+    if not rated:
+        return []
+    out = [f"Precision from votes: {100 * up / rated:.0f}% ({up} of {rated} rated answers marked helpful).", "",
+           "| symptom said | helpful | rated | precision |", "|---|---:|---:|---:|"]
+    out += [f"| {s} | {u} | {n} | {100 * u / n:.0f}% |" for s, (u, n) in sorted(r.precision.items(),
+                                                                                   key=lambda kv: -kv[1][1])]
+    return out + [""]
 
 
 def _training(r: ReportData) -> list[str]:
