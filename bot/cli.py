@@ -172,22 +172,31 @@ def _phraser(settings: Settings, store):
 
 def cmd_eval(args, settings: Settings) -> int:
     """Score one or more corpus files together (one table), e.g. tests/corpus/*.jsonl."""
-    from bot.evaluate import Score, evaluate, markdown_table, report
-    engine, sc = _engine(settings), Score()
+    from bot.evaluate import Score, evaluate, markdown_table, report, rule_changes
+    engine, sc, corpora = _engine(settings), Score(), []
     for path in args.corpus:
         try:
             with open(path, encoding="utf-8") as fh:
-                lines = fh.readlines()
+                corpora.append(fh.readlines())
+            evaluate(corpora[-1], engine, sc)
         except (OSError, UnicodeDecodeError) as e:
             print(f"triage: {path}: cannot read corpus ({e})", file=sys.stderr)
             return 2
-        try:
-            evaluate(lines, engine, sc)
         except ValueError as e:
             print(f"triage: {path}: {e}", file=sys.stderr)
             return 2
     print(markdown_table(sc) if args.markdown else report(sc), end="")
-    return 0
+    if not engine.rules:
+        return 0
+    from playbooks.engine import Books
+    base, without = type(engine)(Books(engine.books), engine.options, engine.backend), Score()
+    for lines in corpora:
+        evaluate(lines, base, without)
+    changed = rule_changes(sc, without)
+    print(f"\nteam rules ({len(engine.rules)}): " + (f"{len(changed)} answer(s) right without them are wrong with "
+          "them — fix the rule before using it:" if changed else "no answer that was right without them changes"))
+    print("\n".join(changed))
+    return 1 if changed else 0
 
 
 def cmd_serve(args, settings: Settings) -> int:
@@ -333,11 +342,13 @@ def build_parser() -> argparse.ArgumentParser:
     from bot.corpus_export import add_parser as add_corpus
     from bot.notify import add_parser as add_notify
     from bot.plan_cli import add_parser as add_plan
+    from bot.rules_cli import add_parser as add_rules
     from bot.watch import add_parser as add_watch
     add_plan(sub)
     add_corpus(sub)
     add_notify(sub)
     add_watch(sub)
+    add_rules(sub)
     return p
 
 

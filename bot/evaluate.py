@@ -18,6 +18,7 @@ class Score:
     fn: Counter = field(default_factory=Counter)
     wrong: list[tuple[str, str, str]] = field(default_factory=list)
     none_with_findings: int = 0
+    answers: dict[str, tuple[str, str, bool]] = field(default_factory=dict)   # case id -> (top symptom, rule, right)
 
     @property
     def accuracy(self) -> float:
@@ -37,11 +38,13 @@ def evaluate(lines: list[str], engine: Engine, sc: Score | None = None) -> Score
             raise ValueError(f"line {n}: not a corpus case (needs JSON with 'label' and 'text')") from None
         accepted = {label, *case.get("also", [])}
         try:
-            got = [f.symptom for f in engine.diagnose(from_bytes(text.encode(), case.get("id", f"case{n}"))).findings]
+            findings = engine.diagnose(from_bytes(text.encode(), case.get("id", f"case{n}"))).findings
         except UnusableInput:
-            got = []
+            findings = []
+        got = [f.symptom for f in findings]
         top = got[0] if got else "none"
         ok = top in accepted or (label == "none" and not got)
+        sc.answers[case.get("id", f"line {n}")] = (top, findings[0].rule if findings else "", ok)
         sc.total += 1
         sc.correct += ok
         if label == "none" and got:
@@ -53,6 +56,16 @@ def evaluate(lines: list[str], engine: Engine, sc: Score | None = None) -> Score
             sc.fp[top] += 1
             sc.wrong.append((case.get("id", f"line {n}"), label, top))
     return sc
+
+
+def rule_changes(with_rules: Score, without: Score) -> list[str]:
+    """Cases the built-in detection got right that the team's rules now get wrong: reported before a rule is used."""
+    out = []
+    for cid, (top, rule, ok) in with_rules.answers.items():
+        before = without.answers.get(cid)
+        if before and before[2] and not ok:
+            out.append(f"  {cid}: was {before[0]} (right), now {top} from rule {rule or '-'}")
+    return out
 
 
 def _rows(sc: Score):

@@ -23,7 +23,7 @@ from bot.workqueue import WorkQueue
 from core.ingest import UnusableInput
 from knowledge.evidence import asks_for
 from core.inputs import Joined
-from core.models import SYMPTOMS, Diagnosis
+from core.models import Diagnosis
 
 log = logging.getLogger("triage.slack")
 # Bolt reads SLACK_BOT_TOKEN from the environment itself and then warns that the client we pass (which carries the
@@ -371,7 +371,7 @@ class SlackBot:
         if action["action_id"] == "triage_wrong":
             did_s, _, symptom = action["selected_option"]["value"].partition(":")
             vote = "down"
-            if symptom not in (*SYMPTOMS, "none"):
+            if symptom not in kit.symptom_choices():
                 return
         else:
             did_s, symptom = action["value"], None

@@ -6,7 +6,8 @@ from typing import Any
 
 from bot.i18n import finding_title, symptom_name, t
 from bot.render import change_text, step_time_line, verdict_lines
-from core.models import SYMPTOMS, Diagnosis, Finding
+from core import symptoms
+from core.models import Diagnosis, Finding
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
@@ -80,9 +81,13 @@ def _finding_blocks(f: Finding, runbook_url: str | None, steps_shown: int, lang:
     return blocks, cut
 
 
+def symptom_choices() -> tuple[str, ...]:
+    """What a 👎 can pick: every known symptom, the teams' too (Slack allows 100 options), and none."""
+    return (*symptoms.ids()[:99], "none")
+
+
 def feedback_blocks(diagnosis_id: int) -> list[dict[str, Any]]:
-    options = [{"text": {"type": "plain_text", "text": s}, "value": f"{diagnosis_id}:{s}"}
-               for s in (*SYMPTOMS, "none")]
+    options = [{"text": {"type": "plain_text", "text": s}, "value": f"{diagnosis_id}:{s}"} for s in symptom_choices()]
     return [{"type": "actions", "block_id": f"feedback:{diagnosis_id}", "elements": [
         {"type": "button", "action_id": "triage_vote_up", "text": {"type": "plain_text", "text": ":+1: Helpful"},
          "value": str(diagnosis_id)},

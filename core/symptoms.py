@@ -97,10 +97,26 @@ _REGISTRY: tuple[Symptom, ...] = (
             report=THROUGHPUT, title_ko_format="통신이 느림: 집합 통신이 패브릭이 낼 수 있는 속도에 한참 못 미침"),
 )
 
-SYMPTOMS: Mapping[str, Symptom] = MappingProxyType({s.id: s for s in _REGISTRY})
-IDS: tuple[str, ...] = tuple(SYMPTOMS)
+_ALL: dict[str, Symptom] = {s.id: s for s in _REGISTRY}
+SYMPTOMS: Mapping[str, Symptom] = MappingProxyType(_ALL)   # built-in, then any a team declared (register)
+IDS: tuple[str, ...] = tuple(SYMPTOMS)                      # the built-in ids
+TEAM = "team"   # the family of symptoms a team declares in its playbook directory (no parser module of its own)
 FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(s.family for s in _REGISTRY))
 UNKNOWN_RANK = 99
+
+
+def register(s: Symptom) -> None:
+    """Add a symptom a team declared next to its detection rules (TRIAGE_PLAYBOOKS). The same declaration twice is
+    fine (the playbooks are loaded again); a built-in id, or another declaration of the same id, is an error."""
+    known = _ALL.get(s.id)
+    if known is not None and known != s:
+        raise ValueError(f"symptom '{s.id}' is already declared" + (" (built in)" if s.id in IDS else ""))
+    _ALL[s.id] = s
+
+
+def ids() -> tuple[str, ...]:
+    """Every symptom id now known: the built-in ones, then the teams'."""
+    return tuple(_ALL)
 
 
 def get(symptom: str) -> Symptom | None:

@@ -17,6 +17,7 @@ from parsers import READERS
 from parsers.base import Context, Parser
 from parsers.scan import Scanner
 from parsers.step_series import pick as step_time
+from parsers.team import TeamRules
 from playbooks import engine as playbooks
 
 log = logging.getLogger("triage.engine")
@@ -59,10 +60,16 @@ class Engine:
     options: tuple[Any, ...] = ()
     backend: str = "auto"
 
+    @property
+    def rules(self) -> tuple[dict[str, Any], ...]:
+        """The teams' detection rules, loaded with the playbooks (playbooks.engine.Books)."""
+        return getattr(self.books, "rules", ())
+
     def _readers(self) -> list:
         given = {type(o): o for o in self.options}
-        return [cls(given[cls.Options]) if issubclass(cls, Parser) and cls.Options in given else cls()
-                for cls in READERS]
+        readers = [cls(given[cls.Options]) if issubclass(cls, Parser) and cls.Options in given else cls()
+                   for cls in READERS]
+        return readers + [TeamRules(self.rules)] if self.rules else readers
 
     def diagnose(self, source: Source | Joined, lang: str = "en",
                  progress: Callable[[int, int], None] | None = None) -> Diagnosis:

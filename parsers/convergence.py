@@ -233,7 +233,7 @@ class LossParser(Parser):
             self.nan_ev.add(hit.no, hit.text)
         if not math.isfinite(v):
             self.nan_ev.add(hit.no, hit.text)
-        elif not math.isfinite(g):
+        elif gnorm and not math.isfinite(g):   # a line without a grad norm (--clip-grad 0) is not a NaN one
             self.grad_nan += 1
         s.add(v, g, float(it), hit.no, hit.text.strip()[:500])
         ms = _after(t or hit.text, _ELAPSED)

@@ -17,6 +17,7 @@ from core import job as J
 from core import layout, plan
 from core import versions as V
 from core.models import Change, Finding, Step
+from playbooks import rules as team_rules
 from playbooks.check import COMPUTE_OPS, PLACEHOLDER, Checker
 
 BUILTIN = Path(__file__).parent
@@ -35,13 +36,19 @@ class Book:
     playbook: dict[str, Any]
 
 
-def load(extra_dirs: Iterable[str | Path] = (), cache: str | Path | None = None) -> list[Book]:
+class Books(list):
+    """The validated playbooks (a list of Book), and the teams' detection rules loaded with them (`rules`: each a
+    dict of id, symptom, pattern, literal, severity, title, confidence, file)."""
+    rules: tuple[dict[str, Any], ...] = ()
+
+
+def load(extra_dirs: Iterable[str | Path] = (), cache: str | Path | None = None) -> Books:
     """User directories come first so their steps win over built-in steps with the same id.
 
     Every file is validated against `playbooks/schema.py` and then against what exists (playbooks.check: symptom
 ids, fact/job/version paths, runbook citations), built-in files too. With `cache`, the validated form is kept there under a
     hash of the file and the schema, so a later start-up with unchanged files skips YAML and pydantic entirely."""
-    books: list[Book] = []
+    books, rules = Books(), []
     cache = Path(cache) if cache else None
     schema = (BUILTIN / "schema.py").read_bytes() if cache else b""   # part of every cache key: read it once
     check = Checker()
@@ -51,10 +58,17 @@ ids, fact/job/version paths, runbook citations), built-in files too. With `cache
             raise PlaybookError(f"{d}: playbook directory does not exist")
         for path in sorted(d.glob("*.yaml")):
             data = _validated(path, cache, schema)
-            problem = check.file(data)
+            problem = team_rules.check(data) or check.file(data)
             if problem:
                 raise PlaybookError(f"{path}: {problem}")
             books.extend(Book(path, pb) for pb in data["playbooks"])
+            rules += [{**r, "file": str(path)} for r in data.get("rules", [])]
+    seen: dict[str, str] = {}
+    for r in rules:
+        if r["id"] in seen:
+            raise PlaybookError(f"{r['file']}: rule id '{r['id']}' is already used in {seen[r['id']]}")
+        seen[r["id"]] = r["file"]
+    books.rules = tuple(rules)
     return books
 
 

@@ -76,5 +76,39 @@ class Playbook(_M):
     steps: list[StepSpec] = Field(min_length=1)
 
 
+Severity = Literal["critical", "error", "warning"]
+
+
+class TeamSymptom(_M):
+    """A symptom a team declares for its own rules: it takes part in root-cause ordering by `rank` (the built-in
+    ones run from 0, hardware, to 14; a lower rank is more likely to be what started a failure)."""
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]{2,47}$")
+    title: str = Field(min_length=3, max_length=120)
+    title_ko: str | None = None
+    severity: Severity = "error"
+    rank: int = Field(default=20, ge=0, le=98)
+
+
+class TeamRule(_M):
+    """A detection rule: a regular expression over one log line; its named groups become the finding's facts and
+    may be used in `title` as {name}. `literal` is fixed text every matching line holds (the scanner looks for it);
+    by default the longest fixed run of 3+ characters in the pattern."""
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]{3,80}$")
+    symptom: str
+    pattern: str = Field(min_length=3)
+    literal: str | None = Field(default=None, min_length=3)
+    severity: Severity | None = None
+    title: str = Field(min_length=3, max_length=300)
+    confidence: float = Field(default=0.8, gt=0, le=1)
+
+
 class PlaybookFile(_M):
-    playbooks: list[Playbook] = Field(min_length=1)
+    playbooks: list[Playbook] = []
+    symptoms: list[TeamSymptom] = []
+    rules: list[TeamRule] = []
+
+    @model_validator(mode="after")
+    def _not_empty(self):
+        if not (self.playbooks or self.rules or self.symptoms):
+            raise ValueError("a playbook file holds playbooks, rules or symptoms (all are empty)")
+        return self

@@ -62,3 +62,12 @@ def test_nemo_and_key_value_step_times(run):
     assert st["source"] == "step_time" and 0.25 <= st["median_s"] <= 0.252 and "slowdown" not in st
     # a number that is not a step time: "iter_time" must be a key, not part of another word
     assert run("".join(f"max_iter_timeout={i}\n" for i in range(30))).step_time == {}
+
+
+def test_a_megatron_line_without_a_grad_norm_is_not_a_nan_gradient(run):
+    """--clip-grad 0 prints no grad norm; read line by line (a short paste) that once counted as a NaN grad norm."""
+    d = run("[rank3]: iteration 100/ 1000 | lm loss: 3.2 | elapsed time per iteration (ms): 980.1 |\n"
+            "[rank3]: some other line\n")
+    assert d.findings == []
+    nan = run("[rank3]: iteration 100/ 1000 | lm loss: 3.2 | grad norm: nan |\n" * 3)
+    assert [f.symptom for f in nan.findings] == ["loss_nan"]

@@ -211,7 +211,8 @@ def _benchmarks(r: ReportData, store: Store, ids: list[int]) -> None:
 
 def _unclaimed(r: ReportData, store: Store, ids: list[int]) -> None:
     r.unclaimed = list(store.db.query(
-        f"select template, sum(count) as lines, count(distinct diagnosis_id) as diagnoses, min(example) as example, "
+        f"select min(rowid) as uid, template, sum(count) as lines, count(distinct diagnosis_id) as diagnoses, "
+        f"min(example) as example, "
         f"group_concat(distinct diagnosis_id) as ids from unclaimed where diagnosis_id in ({_in(ids)}) "
         f"group by template order by diagnoses desc, lines desc limit 15"))
 
@@ -260,6 +261,7 @@ def _tune_next(r: ReportData) -> None:
             add(4, f"Pin {comp}: {len(vals)} versions seen ({', '.join(sorted(vals, key=V.parse))})", len(set(ids)), ids)
     for u in r.unclaimed[:3]:
         if u["diagnoses"] >= 2:
-            add(5, f"Write a playbook for the unrecognised error '{shorten(u['template'], 80)}'", u["diagnoses"],
+            add(5, f"Write a playbook for the unrecognised error '{shorten(u['template'], 80)}' "
+                   f"(`triage rules new --from-unclaimed {u['uid']}`)", u["diagnoses"],
                 [int(x) for x in str(u["ids"]).split(",")])
     out.sort(key=lambda x: (x["priority"], -x["evidence"]))

@@ -77,10 +77,11 @@ def render(r: ReportData, charts: list[Path]) -> str:
             out += ["", "![nccl-tests](nccl_tests.png)"]
         out.append("")
     if r.unclaimed:
-        out += ["## Unrecognised errors (candidates for new playbooks)", "", "| template | lines | diagnoses | example |",
-                "|---|---:|---:|---|"]
-        out += [f"| `{shorten(u['template'], 120)}` | {u['lines']} | {u['diagnoses']} | {shorten(str(u['example']), 100)} |"
-                for u in r.unclaimed]
+        out += ["## Unrecognised errors (candidates for new playbooks)", "",
+                "`triage rules new --from-unclaimed ID --dir <playbook dir>` writes a rule for one.", "",
+                "| ID | template | lines | diagnoses | example |", "|---:|---|---:|---:|---|"]
+        out += [f"| {u['uid']} | `{shorten(u['template'], 120)}` | {u['lines']} | {u['diagnoses']} | "
+                f"{shorten(str(u['example']), 100)} |" for u in r.unclaimed]
         out.append("")
     if r.votes or r.wrong:
         out += ["## Helpfulness", "", f"👍 {r.votes.get('up', 0)} · 👎 {r.votes.get('down', 0)}", ""]
