@@ -59,10 +59,18 @@ class Source:
         """A file over the size cap: read its first and last halves of the cap, count the lines in between."""
         f, half = self.stream, self.max_bytes // 2
         f.seek(0)
-        head = f.read(half)
-        cut = head.rfind(b"\n") + 1 or len(head)
-        yield from _align(iter([head[:cut]]), self)
-        self.bytes_read = cut
+        self.bytes_read = 0   # the head is read in CHUNKs, never the whole half of the cap at once
+
+        def head_blocks():
+            left = half
+            while left > 0 and (block := f.read(min(CHUNK, left))):
+                left -= len(block)
+                if left == 0:   # the head's last block ends on a line boundary when it has one
+                    block = block[:block.rfind(b"\n") + 1] or block
+                self.bytes_read += len(block)
+                yield block
+        yield from _align(head_blocks(), self)
+        cut = self.bytes_read
         tail_start = max(cut, size - (self.max_bytes - half))
         f.seek(cut)
         skipped, pos = 0, cut

@@ -69,6 +69,21 @@ def test_oversize_file_reads_head_and_tail_with_true_line_numbers(tmp_path):
     assert "TRUNCATED" in text and "lines in between were skipped" in text
 
 
+def test_a_head_bigger_than_one_read_chunk_keeps_true_line_numbers(tmp_path):
+    """A cap of 24 MiB: the 12 MiB head is read in 8 MiB chunks (never the whole half of the cap at once) and ends
+    on a line boundary; a failure in the head's second chunk and one in the tail keep their line numbers."""
+    line = b"INFO step ok, nothing to see here at all\n"   # 41 bytes
+    head_lines = (11 << 20) // len(line)
+    p = tmp_path / "big.log"
+    with open(p, "wb") as f:
+        f.write(line * head_lines + OOM + line * 400000 + XID)
+    total = p.read_bytes().count(b"\n")
+    doc = json.loads(triage("diagnose", "--json", str(p), env={"TRIAGE_MAX_BYTES": str(24 << 20)}).stdout)
+    first = {f["symptom"]: f["evidence"][0]["line"] for f in doc["findings"]}
+    assert first["gpu_xid"] == total - 2 and doc["input"]["truncated"]
+    assert first["cuda_oom"] == head_lines + 21   # as in the fixture alone, shifted by the lines before it
+
+
 def test_ten_megabyte_single_line_is_handled(tmp_path):
     p = tmp_path / "one-line.log"
     p.write_bytes(b"x" * (10 << 20) + b" torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"
