@@ -20,7 +20,7 @@ LABELS = {MEGATRON: "Megatron", DEEPSPEED: "DeepSpeed", HF: "HF Trainer", LIGHTN
 # ("lm loss:", "[Rank 0] step=") are left out on purpose: they would wake the collector on every line of a long log.
 SIGNATURES: dict[str, tuple[str, ...]] = {
     MEGATRON: ("megatron/", "megatron.core", "Megatron-LM", "> building GPT model",
-               "------------------------ arguments ------------------------", "number of parameters on (tensor, pipeline)",
+               "arguments ------------------------", "number of parameters on (tensor, pipeline)",   # its banner
                # its argument dump without the banner: keys only Megatron-style trainers print (no literal may overlap
                # another reader's trigger: the pure-Python scanner finds non-overlapping literals only)
                "tensor_model_parallel_size", "lr_warmup_iters"),

@@ -78,11 +78,16 @@ def test_both_scanners_agree_on_the_whole_corpus_and_an_hf_arguments_dump(books)
              for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
     texts.append("***** Running training *****\nTrainingArguments(\n_n_gpu=1,\ngradient_accumulation_steps=2,\n"
                  "per_device_train_batch_size=8,\nmax_grad_norm=1.0,\n)\ntorch.OutOfMemoryError: CUDA out of memory.\n")
+    # a rank-prefixed Megatron banner: the ' --' flag trigger starts one character before it on the same line
+    texts.append("[rank0]: ------------------------ arguments ------------------------\n[rank0]:   micro_batch_size "
+                 "........ 4\n[rank0]: torchrun pretrain_gpt.py --micro-batch-size 4 --clip-grad 1.0\n")
     engines = {b: Engine(books, backend=b) for b in ("re", "hyperscan")}
     for text in texts:
         out = {b: e.diagnose(from_bytes(text.encode(), "case")).to_json_dict() for b, e in engines.items()}
         assert out["re"] == out["hyperscan"], text[:200]
-    assert out["re"]["job"]["micro_batch_size"] == 8 and out["re"]["job"]["clip_grad"] == 1.0
+    assert out["re"]["job"] == {"micro_batch_size": 4, "clip_grad": 1.0, "framework": "megatron"}
+    hf = engines["re"].diagnose(from_bytes(texts[-2].encode(), "hf")).job
+    assert hf["micro_batch_size"] == 8 and hf["clip_grad"] == 1.0
 
 
 def test_megatron_bulk_path_matches_line_by_line_reading(engine, monkeypatch, tmp_path):

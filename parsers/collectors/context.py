@@ -47,7 +47,7 @@ class ContextCollector(Collector):
     triggers = (
         "NCCL version", "aws-ofi-nccl", "Libfabric version", "libfabric:", "fi_info", "Driver Version",
         "cudaDriverVersion", "CUDA driver version", "CUDA Version", "CUDA runtime version", "compilation tools",
-        "torch", "PyTorch", "EFA installer", "efa-installer", " ....", "train_micro_batch_size_per_gpu", "zero_optimization_stage", "--", '"train_micro_batch_size_per_gpu"',
+        "torch", "PyTorch", "EFA installer", "efa-installer", " ....", "train_micro_batch_size_per_gpu", "zero_optimization_stage", " --", '"train_micro_batch_size_per_gpu"',
         '"gradient_clipping"', '"initial_scale_power"', "number of parameters", "trainable parameters",
         "Total params", "total parameters", "nranks", "NCCL_", "FI_", "RDMAV_", "PYTORCH_CUDA_", "world_size", "world size", "WORLD_SIZE", "xlarge", "platform",
         # the HF TrainingArguments dump, whole keys: a trigger may contain another, never half-overlap one
