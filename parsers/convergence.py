@@ -212,6 +212,9 @@ class LossParser(Parser):
             self.nan_ev.add(hit.no, hit.text)
 
     def _term_nan(self, hit: Hit, t: str) -> None:
+        low = t.lower()
+        if "nan" not in low and "inf" not in low:   # the pattern costs ~0.6 ms a line; almost no line can match
+            return
         m = search(_TERM_NAN, t)
         if m and not any(b in (m.group(1) or "").lower() for b in _BOUND_KEY):
             self.term_nan += 1

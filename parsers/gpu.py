@@ -216,6 +216,7 @@ _DCGM_STATES = rx(r"^\s*([UDX_](?:\s+[UDX_])*)\s*$")
 _FABRIC = rx(r"(?i)fabric ?manager (?:found but )?not (?:active|running)|fabric_manager_active\W*:\W*false"
              r"|all links are inactive|Failed to bind NVLink SHARP|nv-fabricmanager[^\n]*(?:fail|error)"
              r"|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY")
+_FABRIC_WORDS = ("fabric manager", "fabricmanager", "fabric_manager", "links are inactive", "nvlink", "not yet initialized", "notready", "not_ready")
 _LINK_ERR = rx(r"(?i)uncorrectable NVLink error|P2P is disabled between NVLINK connected GPUs")
 _DIAG = rx(r"\|\s*(NVLink|PCIe)[^|]*\|\s*Fail\b|(\d+) (?:active )?NvLinks?.*expected (\d+)"
            r"|NVLink (?:link )?\d+ (?:is )?(?:down|inactive)", flags=0)
@@ -239,17 +240,18 @@ class NvlinkParser(Parser):
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
-        m = search(_SMI_GPU, t)
+        head = t.lstrip()[:12]   # each pattern below runs only where its fixed text is: NCCL INFO lines say "GPU " a lot
+        m = search(_SMI_GPU, t) if t.startswith("GPU ") else None
         if m:
             self.gpu = f"GPU {m.group(1)}"
             self.model = self.model or m.group(2).strip()
             return
-        m = search(_SMI_LINK, t)
+        m = search(_SMI_LINK, t) if head.startswith("Link ") else None
         if m and self.gpu:
             self.down.setdefault(self.gpu, []).append(int(m.group(1)))
             self.ev.add(hit.no, f"{self.gpu}: {t.strip()}")
             return
-        m = search(_DCGM_GPU, t)
+        m = search(_DCGM_GPU, t) if head.startswith(("gpuId", "physicalId")) else None
         if m and hit.after:
             s = search(_DCGM_STATES, hit.after[0])
             if s:
@@ -261,9 +263,12 @@ class NvlinkParser(Parser):
                     self.down[name] = downs
                     self.ev.add(hit.no + 1, f"{name}: {hit.after[0].strip()}")
             return
-        if search(_FABRIC, t):
+        low = t.lower()
+        if any(k in low for k in _FABRIC_WORDS) and search(_FABRIC, t):
             self.fabric = True
             self.ev.add(hit.no, t)
+            return
+        if "nvlink" not in low and "fail" not in low:
             return
         if search(_LINK_ERR, t):
             self.link_error = True
