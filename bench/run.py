@@ -18,29 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-TRIAGE = [sys.executable, "-m", "bot.cli"]
-
-
-def timed(cmd: list[str], stdin: bytes | None = None) -> tuple[float, int, bytes]:
-    """Wall seconds, peak RSS (MiB) and stdout of one child process."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    out_chunks: list[bytes] = []
-    reader = threading.Thread(target=lambda: out_chunks.append(p.stdout.read()))
-    reader.start()
-    if stdin is not None:
-        p.stdin.write(stdin)
-        p.stdin.close()
-    _, status, ru = os.wait4(p.pid, 0)
-    reader.join()
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - t0, ru.ru_maxrss // 1024, b"".join(out_chunks)
-
-
-def best_of(n: int, cmd: list[str], stdin: bytes | None = None) -> tuple[float, int, bytes]:
-    runs = [timed(cmd, stdin) for _ in range(n)]
-    return min(r[0] for r in runs), max(r[1] for r in runs), runs[-1][2]
+from bench.timing import TRIAGE, best_of, timed  # noqa: E402
 
 
 def gen(kind: str, path: Path, mb: int) -> dict:
@@ -164,6 +142,9 @@ def main(argv=None) -> int:
           flush=True)
     notes.append(f"The first `triage diagnose` after a playbook changes validates the YAML with pydantic and "
                  f"fills `TRIAGE_CACHE_DIR`: {cold * 1000:.0f} ms for the same paste ({cold / base:.2f}x).")
+
+    from bench.families import run as families
+    families(work, 50, target)   # each line family alone against the grep a person would run
 
     ack, answer = slack_latency()
     target("Slack HTTP ack p95", f"{ack:.0f} ms", "<= 100 ms", ack <= 100)

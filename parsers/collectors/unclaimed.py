@@ -11,6 +11,10 @@ from core.templates import template
 from parsers.base import Collector, Context, Hit
 
 MAX_TEMPLATES = 300
+MAX_SHAPES = 50_000
+# Lines that differ only in which non-zero digits they hold get the same verdict and template (every mask treats
+# digits alike; zero is kept, since "errors: 0" is benign and "errors: 10" is not): one regex pass per shape.
+_SHAPE = str.maketrans("123456789", "#########")
 _ERRORISH = re.compile(r"\b(?:[A-Za-z]*Error|ERROR|FATAL|Fatal|fatal|WARN|Exception|FAILED|Failed|failed|Segmentation "
                        r"fault|core dumped|Killed|Aborted|CUDA error|NCCL error|with exception)\b")
 _BENIGN = re.compile(r"Traceback \(most recent call last\)|^\s*File \"|During handling of the above|"
@@ -29,18 +33,24 @@ class UnclaimedCollector(Collector):
 
     def __init__(self) -> None:
         self.templates: dict[str, list] = {}  # template -> [count, first line no, example text]
+        self.shapes: dict[str, str | None] = {}   # line shape -> its template, None when not an error line
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
-        if not _ERRORISH.search(t) or _BENIGN.search(t):
+        shape = t.translate(_SHAPE)
+        key = self.shapes.get(shape, "")
+        if key == "":
+            key = None if not _ERRORISH.search(t) or _BENIGN.search(t) else template(mask_secrets(t))
+            if len(self.shapes) >= MAX_SHAPES:
+                self.shapes.clear()
+            self.shapes[shape] = key
+        if key is None:
             return
-        t = mask_secrets(t)   # before templating: a template must not keep most of a key
-        key = template(t)
         rec = self.templates.get(key)
         if rec is not None:
             rec[0] += 1
-        elif len(self.templates) < MAX_TEMPLATES:
-            self.templates[key] = [1, hit.no, t.strip()[:300]]
+        elif len(self.templates) < MAX_TEMPLATES:   # masked before templating: a template must not keep a key
+            self.templates[key] = [1, hit.no, mask_secrets(t).strip()[:300]]
 
     def collect(self, ctx: Context) -> None:
         rows = [{"template": k, "count": c, "line": no, "example": ex} for k, (c, no, ex) in self.templates.items()]

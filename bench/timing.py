@@ -1,0 +1,34 @@
+"""Timing one child process: wall seconds, peak RSS and its stdout (used by bench/run.py and bench/families.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRIAGE = [sys.executable, "-m", "bot.cli"]
+
+
+def timed(cmd: list[str], stdin: bytes | None = None) -> tuple[float, int, bytes]:
+    """Wall seconds, peak RSS (MiB) and stdout of one child process."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out_chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: out_chunks.append(p.stdout.read()))
+    reader.start()
+    if stdin is not None:
+        p.stdin.write(stdin)
+        p.stdin.close()
+    _, status, ru = os.wait4(p.pid, 0)
+    reader.join()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, ru.ru_maxrss // 1024, b"".join(out_chunks)
+
+
+def best_of(n: int, cmd: list[str], stdin: bytes | None = None) -> tuple[float, int, bytes]:
+    runs = [timed(cmd, stdin) for _ in range(n)]
+    return min(r[0] for r in runs), max(r[1] for r in runs), runs[-1][2]
