@@ -7,8 +7,6 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Iterator
 
-from core.redact import mask_secrets
-
 if TYPE_CHECKING:   # sqlite_utils only when the command runs: a plain `triage diagnose` must not pay for it
     from bot.store import Store
 
@@ -18,6 +16,7 @@ def feedback_cases(store: "Store", since: datetime | None = None) -> Iterator[di
     if since is not None:
         where += " and created_at >= ?"
         params.append(since.isoformat())
+    from core.redact import mask_secrets
     for row in store.db.query(f"select id, created_at, top_symptom, correct_symptom, diagnosis_json from diagnoses "
                               f"where {where} order by id", params):
         doc = json.loads(row["diagnosis_json"])

@@ -7,8 +7,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from bot import slack_blocks as kit
-from core.ingest import UnusableInput
 from core.redact import mask_secrets
 
 HEAD = {"en": "Job {job} finished{code}: {verdict} ({files})", "ko": "작업 {job} 종료{code}: {verdict} ({files})"}
@@ -61,6 +59,7 @@ class Notifier:
         key = mask_secrets(job_key_for(d, job))
         thread = self.store.job_thread(key, self.channel)
         did = self.triage.record(d, None, source="notify", channel=self.channel, job_key=key)
+        from bot import slack_blocks as kit
         blocks, text, cut = self.bot.answer(d, did, self.lang)
         head = self.head(key, exit_code, len(paths), d)
         ts = self.bot.post_diagnosis(self.client, self.channel, thread, d, did, self.lang,
@@ -84,6 +83,7 @@ def slack_ready(settings) -> str | None:
 
 def cmd_notify(args, settings) -> int:
     from bot.wiring import engine as _engine, store as _store
+    from core.ingest import UnusableInput
     from core.inputs import log_paths
     why = slack_ready(settings)
     if why:

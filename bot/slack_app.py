@@ -17,7 +17,9 @@ from bot.ratelimit import RateLimiter
 from bot.render import diagnosis_text
 from bot.service import Triage
 from bot.settings import Settings
-from bot.slack_calls import channels_of, react
+from bot.slack_feedback import FeedbackHandlers
+from bot.slack_calls import react
+from bot.slack_config import diff_blocks, split_configs
 from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
 from bot.workqueue import WorkQueue
 from core.ingest import UnusableInput
@@ -48,7 +50,7 @@ def create_app(settings: Settings, triage: Triage, client: WebClient | None = No
     return app
 
 
-class SlackBot:
+class SlackBot(FeedbackHandlers):
     def __init__(self, settings: Settings, triage: Triage, token: str):
         self.settings = settings
         self.triage = triage
@@ -291,6 +293,8 @@ class SlackBot:
                                               f"message {i + 1}")
                 inputs += got
                 notes += skipped
+            inputs, configs, more = split_configs(inputs)   # a DeepSpeed/HF config or launch script: a diff of it
+            notes += more
             meta = {"source": "mention", "team": event.get("team", ""), "channel": channel,
                     "user": event.get("user", ""), "thread_ts": root}
             lang = self.lang(client, event.get("user"))
@@ -299,7 +303,7 @@ class SlackBot:
                 results = self._diagnose_together(logs, meta, lang)
             else:
                 results = self._diagnose_inputs(inputs, meta, lang)
-            self._reply_thread(client, channel, root, results, notes, event.get("text", ""), lang)
+            self._reply_thread(client, channel, root, results, notes, event.get("text", ""), lang, configs)
             react(client, channel, ts, "eyes", remove=True)
             react(client, channel, ts, "white_check_mark")
         except Exception as e:
@@ -309,7 +313,7 @@ class SlackBot:
                                     text=":warning: Triage failed on this thread; the error is in the bot's log.")
 
     def _reply_thread(self, client: WebClient, channel: str, root: str, results, notes: list[str],
-                      mention_text: str, lang: str) -> None:
+                      mention_text: str, lang: str, configs: list[tuple[str, str]] = ()) -> None:
         answered = 0
         for inp, d, did, err in results:
             if d is None:
@@ -321,6 +325,11 @@ class SlackBot:
                 d.input.truncated = True
             self.post_diagnosis(client, channel, root, d, did, lang)
             answered += 1
+            for name, text in configs if d.findings else ():
+                blocks = diff_blocks(d, name, text)
+                if blocks:
+                    client.chat_postMessage(channel=channel, thread_ts=root, blocks=blocks,
+                                            text=f"Fix as a diff of {kit.esc(name)}")
         if not answered:
             question = message_text(mention_text)
             if question and (asks_for(question) or self.triage.runbook.search(question)):
@@ -364,37 +373,3 @@ class SlackBot:
     def _post_notes(client: WebClient, channel: str, root: str, notes: list[str]) -> None:
         if notes:
             client.chat_postMessage(channel=channel, thread_ts=root, text="Notes: " + kit.esc("; ".join(notes[:10])))
-
-    def on_vote(self, ack, body: dict, action: dict, client: WebClient) -> None:
-        ack()
-        user = body.get("user", {}).get("id", "")
-        if action["action_id"] == "triage_wrong":
-            did_s, _, symptom = action["selected_option"]["value"].partition(":")
-            vote = "down"
-            if symptom not in kit.symptom_choices():
-                return
-        else:
-            did_s, symptom = action["value"], None
-            vote = "up" if action["action_id"] == "triage_vote_up" else "down"
-        store = self.triage.store
-        row = store.get(int(did_s)) if store is not None and did_s.isdigit() else None
-        if row is None:
-            return
-        did = int(did_s)
-        store.vote(did, user, vote, symptom)
-        d = store.diagnosis(did)
-        channel = body.get("channel", {}).get("id") or row["channel"]
-        ts = body.get("message", {}).get("ts") or row["message_ts"]
-        if d is None or not channel or not ts:
-            return
-        blocks, _ = kit.diagnosis_blocks(d, did, self.settings.runbook_url, vote=kit.vote_blocks(vote, user, symptom))
-        client.chat_update(channel=channel, ts=ts, blocks=blocks, text=kit.fallback_text(d))
-
-    def on_home(self, event: dict, client: WebClient, context) -> None:
-        """Each person sees their own diagnoses and those of the channels they are in (as far as the bot can see),
-        not the whole team's."""
-        store, user = self.triage.store, event["user"]
-        viewer = (user, channels_of(client, user))
-        recent = store.recent(10, context.get("team_id"), viewer) if store else []
-        counts = store.counts_since(7, context.get("team_id"), viewer) if store else {}
-        client.views_publish(user_id=user, view=kit.home_view(recent, counts))

@@ -8,7 +8,8 @@ import urllib.request
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-TEXT_EXT = (".log", ".txt", ".out", ".err", ".gz", ".json", ".jsonl", ".csv")
+TEXT_EXT = (".log", ".txt", ".out", ".err", ".gz", ".json", ".jsonl", ".csv",
+            ".yaml", ".yml", ".sh", ".bash", ".sbatch", ".slurm")   # the last: configs, answered with a diff
 _MENTION = re.compile(r"<@[A-Z0-9]+>")
 _FENCE = re.compile(r"```")
 

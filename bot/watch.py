@@ -15,8 +15,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-from core.ingest import UnusableInput
-from core.inputs import LOG_SUFFIXES, log_paths
 
 log = logging.getLogger("triage.watch")
 JOB_ID = re.compile(r"(?:slurm|job)[-_]?(\d+)", re.I)
@@ -33,6 +31,7 @@ def duration(text: str) -> float:
 
 def jobs_in(root: str) -> dict[str, list[tuple[str, str]]]:
     """job key → (path, name shown) of its log files."""
+    from core.inputs import LOG_SUFFIXES, log_paths
     jobs: dict[str, list[tuple[str, str]]] = {}
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
@@ -98,6 +97,7 @@ class Watcher:
         return done
 
     def _handle(self, job: str, paths: list[tuple[str, str]], sig: str):
+        from core.ingest import UnusableInput
         try:
             d = self.notifier.diagnose(paths, f"{job} ({len(paths)} files)")
         except UnusableInput as e:
