@@ -178,7 +178,7 @@ class LossParser(Parser):
             self._scale(hit, t)
         if any(s in t for s in _SKIP):
             return
-        m = search(_NAN_ITERS, t)
+        m = search(_NAN_ITERS, t) if "nan iterations" in t else None   # each pattern only where its text is
         if m and int(m.group(1)) > 0:
             self.nan_iters = max(self.nan_iters, int(m.group(1)))
             self.nan_ev.add(hit.no, hit.text)
@@ -190,8 +190,8 @@ class LossParser(Parser):
             return
         key = str(rank_of(t) or "")
         s = self._series(key)
-        it = search(_ITER, t)
-        ep = None if it else search(_EPOCH, t)
+        it = search(_ITER, t) if "step" in t or "iteration" in t or "|" in t else None
+        ep = None if it or "epoch" not in t else search(_EPOCH, t)
         itv = float(next(g for g in (it or ep).groups() if g is not None)) if it or ep else math.nan
         if ep:
             itv = -itv - 1  # stored negative so facts can tell an epoch from a step
