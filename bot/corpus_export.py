@@ -17,15 +17,16 @@ def feedback_cases(store: "Store", since: datetime | None = None) -> Iterator[di
         where += " and created_at >= ?"
         params.append(since.isoformat())
     from core.redact import mask_secrets
-    for row in store.db.query(f"select id, created_at, top_symptom, correct_symptom, diagnosis_json from diagnoses "
-                              f"where {where} order by id", params):
+    for row in store.db.query("select id, created_at, top_symptom, correct_symptom, correct_text, diagnosis_json "
+                              f"from diagnoses where {where} order by id", params):
         doc = json.loads(row["diagnosis_json"])
         lines = sorted({(e["line"], e["text"]) for f in doc.get("findings", []) for e in f.get("evidence", [])})
         if not lines:
             continue
         yield {"id": f"feedback-{row['id']}", "source": f"feedback:diagnosis/{row['id']}",
                "label": row["correct_symptom"], "also": [],
-               "note": f"marked wrong on {row['created_at'][:10]}: the bot said {row['top_symptom'] or 'nothing'}",
+               "note": f"marked wrong on {row['created_at'][:10]}: the bot said {row['top_symptom'] or 'nothing'}"
+                       + (f"; the user says: {mask_secrets(row['correct_text'])}" if row["correct_text"] else ""),
                "text": "\n".join(mask_secrets(t) for _, t in lines) + "\n"}
 
 

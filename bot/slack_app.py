@@ -181,6 +181,8 @@ class SlackBot(FeedbackHandlers):
         app.action("triage_vote_up")(self.on_vote)
         app.action("triage_vote_down")(self.on_vote)
         app.action("triage_wrong")(self.on_vote)
+        app.action("triage_cause")(self.on_cause_button)
+        app.view("triage_cause")(self.on_cause_submit)
         app.event("app_home_opened")(self.on_home)
         app.event("message")(lambda: None)  # thread chatter is read on mention only
 

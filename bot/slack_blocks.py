@@ -95,7 +95,24 @@ def feedback_blocks(diagnosis_id: int) -> list[dict[str, Any]]:
          "value": str(diagnosis_id)},
         {"type": "static_select", "action_id": "triage_wrong",
          "placeholder": {"type": "plain_text", "text": "Wrong? Pick the right symptom"}, "options": options},
+        {"type": "button", "action_id": "triage_cause", "text": {"type": "plain_text", "text": "Tell us the cause"},
+         "value": str(diagnosis_id)},
     ]}]
+
+
+def cause_modal(diagnosis_id: int) -> dict[str, Any]:
+    """The 👎 modal: the right symptom (required: it labels the corpus case) and the root cause in words."""
+    options = [{"text": {"type": "plain_text", "text": s}, "value": s} for s in symptom_choices()]
+    return {"type": "modal", "callback_id": "triage_cause", "private_metadata": str(diagnosis_id),
+            "title": {"type": "plain_text", "text": "What was it really?"},
+            "submit": {"type": "plain_text", "text": "Send"}, "close": {"type": "plain_text", "text": "Cancel"},
+            "blocks": [
+                {"type": "input", "block_id": "symptom", "label": {"type": "plain_text", "text": "Right symptom"},
+                 "element": {"type": "static_select", "action_id": "pick", "options": options}},
+                {"type": "input", "block_id": "cause", "optional": True,
+                 "label": {"type": "plain_text", "text": "The root cause, in your words"},
+                 "element": {"type": "plain_text_input", "action_id": "text", "multiline": True, "max_length": 1000}},
+            ]}
 
 
 def vote_blocks(vote: str, user: str, symptom: str | None) -> list[dict[str, Any]]:

@@ -35,6 +35,25 @@ class FeedbackHandlers:
         blocks, _ = kit.diagnosis_blocks(d, did, self.settings.runbook_url, vote=kit.vote_blocks(vote, user, symptom))
         client.chat_update(channel=channel, ts=ts, blocks=blocks, text=kit.fallback_text(d))
 
+    def on_cause_button(self, ack, body: dict, action: dict, client: WebClient) -> None:
+        ack()
+        if action.get("value", "").isdigit() and body.get("trigger_id"):
+            client.views_open(trigger_id=body["trigger_id"], view=kit.cause_modal(int(action["value"])))
+
+    def on_cause_submit(self, ack, body: dict, view: dict, client: WebClient) -> None:
+        """A 👎 with the right symptom and the cause in words: stored like a picked symptom, and exported as a
+        corpus case (`triage corpus export --feedback`) with the words in its note."""
+        values = view.get("state", {}).get("values", {})
+        symptom = ((values.get("symptom", {}).get("pick", {}) or {}).get("selected_option") or {}).get("value")
+        cause = (values.get("cause", {}).get("text", {}) or {}).get("value") or ""
+        did_s, store = view.get("private_metadata", ""), self.triage.store
+        if symptom not in kit.symptom_choices():
+            ack(response_action="errors", errors={"symptom": "Pick the symptom it really was."})
+            return
+        ack()
+        if store is not None and did_s.isdigit() and store.get(int(did_s)) is not None:
+            store.vote(int(did_s), body.get("user", {}).get("id", ""), "down", symptom, cause)
+
     def on_home(self, event: dict, client: WebClient, context) -> None:
         """Each person sees their own diagnoses and those of the channels they are in (as far as the bot can see),
         not the whole team's."""

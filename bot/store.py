@@ -99,6 +99,12 @@ def m007_watched(db: sqlite_utils.Database) -> None:
     db["watched"].create({"job": str, "signature": str, "status": str, "diagnosis_id": int, "at": str}, pk="job")
 
 
+@migrations()
+def m008_typed_cause(db: sqlite_utils.Database) -> None:
+    """The root cause a user typed in the 👎 modal, beside the symptom they picked."""
+    db["diagnoses"].add_column("correct_text", str)
+
+
 def job_key_for(d: Diagnosis, given: str = "") -> str:
     """Which job a log belongs to: the name given, a Slurm job id in the log or file name, else the file name."""
     if given:
@@ -224,7 +230,7 @@ class Store:
         row = self.get(diagnosis_id)
         return Diagnosis.from_dict(json.loads(row["diagnosis_json"])) if row else None
 
-    def vote(self, diagnosis_id: int, user: str, vote: str, symptom: str | None = None) -> None:
+    def vote(self, diagnosis_id: int, user: str, vote: str, symptom: str | None = None, cause: str = "") -> None:
         db = self.db
         with self.write():
             db["feedback"].insert({"diagnosis_id": diagnosis_id, "at": now(), "user": user, "vote": vote,
@@ -232,6 +238,8 @@ class Store:
             patch = {"vote": vote, "vote_user": user}
             if symptom:
                 patch["correct_symptom"] = symptom
+            if cause:
+                patch["correct_text"] = mask_secrets(cause.strip())[:1000]
             db["diagnoses"].update(diagnosis_id, patch)
 
     def first_time(self, event_id: str) -> bool:

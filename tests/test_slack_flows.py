@@ -357,26 +357,3 @@ def test_slash_plan_answers_in_channel_and_bad_input_only_to_the_asker(slack_bot
     assert bad["response_type"] == "ephemeral" and "not a parameter count" in bad["text"]
     assert not h.store.recent(5)   # a plan is not a diagnosis
 
-
-def test_a_config_attached_in_the_thread_gets_the_fix_as_a_diff_of_it(slack_bot):
-    """Issue 17: the DeepSpeed config next to the log in a thread is answered with a diff of that file."""
-    h = slack_bot()
-    conf = (FIXTURES / "configs" / "ds_config_zero1.json").read_text().replace(
-        '"train_micro_batch_size_per_gpu": "auto"', '"train_micro_batch_size_per_gpu": 8')
-    oom = ("[2024-05-03 10:12:01,332] [INFO] [config.py:1000:print]   train_micro_batch_size_per_gpu  8\n"
-           "[2024-05-03 10:12:01,332] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.14.2\n"
-           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-           "79.11 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 78.04 GiB memory in use.\n")
-    log_url, conf_url = h.fake.add_file("train.log", oom.encode()), h.fake.add_file("ds_config.json", conf.encode())
-    h.fake.threads[("C1", "600.1")] = [{"user": "U1", "ts": "600.1", "text": "OOM again, config attached", "files": [
-        {"id": "F1", "name": "train.log", "mimetype": "text/plain", "url_private_download": log_url},
-        {"id": "F2", "name": "ds_config.json", "mimetype": "application/json", "url_private_download": conf_url}]}]
-    h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>", "ts": "600.2", "thread_ts": "600.1",
-             "channel": "C1"}, "EvCfg")
-    h.fake.wait(lambda: any(p.get("name") == "white_check_mark" for p in h.fake.called("reactions.add")))
-    posts = [p for p in h.fake.called("chat.postMessage") if p.get("blocks")]
-    assert len(posts) == 2 and all(p["thread_ts"] == "600.1" for p in posts)   # the config is not a log
-    diff = _texts(posts[1]["blocks"])
-    assert "Fix as a diff of `ds_config.json`" in diff and "(step cuda_oom.halve_micro_batch)" in diff
-    assert '-  "train_micro_batch_size_per_gpu": 8,' in diff and '+  "train_micro_batch_size_per_gpu": 4,' in diff
-    assert len(h.store.recent()) == 1

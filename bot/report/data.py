@@ -225,7 +225,8 @@ def _feedback(r: ReportData, rows: list[dict]) -> None:
             right[0] += row["vote"] == "up"
             right[1] += 1
         if row["correct_symptom"]:
-            r.wrong.append({"id": row["id"], "said": row["top_symptom"], "right": row["correct_symptom"]})
+            r.wrong.append({"id": row["id"], "said": row["top_symptom"], "right": row["correct_symptom"],
+                            **({"cause": row["correct_text"]} if row.get("correct_text") else {})})
 
 
 def _tune_next(r: ReportData) -> None:

@@ -86,7 +86,8 @@ def render(r: ReportData, charts: list[Path]) -> str:
     if r.votes or r.wrong:
         out += ["## Helpfulness", "", f"👍 {r.votes.get('up', 0)} · 👎 {r.votes.get('down', 0)}", ""]
         out += _precision(r)
-        out += [f"- #{w['id']}: said `{w['said']}`, users say `{w['right']}`" for w in r.wrong]
+        out += [f"- #{w['id']}: said `{w['said']}`, users say `{w['right']}`"
+                + (f" — “{shorten(w['cause'], 200)}”" if w.get("cause") else "") for w in r.wrong]
         if r.wrong:
             out += ["", "`triage corpus export --feedback --since 7d > feedback.jsonl` turns these into eval cases."]
         out.append("")
