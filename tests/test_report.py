@@ -112,7 +112,9 @@ def test_report_numbers_sections_and_charts(seeded, tmp_path):
     assert "Precision from votes: 67% (2 of 3 rated answers marked helpful)" in md
     assert "| fork_enomem | 0 | 1 | 0% |" in md and "triage corpus export --feedback" in md
     assert f"#{ids['oom'][0]}" in md and "| cuda_oom | 3 | 1 | +200% |" in md
-    assert sorted(p.name for p in rep.charts) == ["incidents_by_day.png", "nccl_tests.png", "root_causes.png"]
+    assert sorted(p.name for p in rep.charts) == ["incidents_by_day.png", "nccl_tests.png", "root_causes.png",
+                                                  "step_times.png"]   # the Megatron logs print step times
+    assert "| job-b | 4.012 s | 4.012 s | 59 |" in md
     for p in rep.charts:
         assert _png_size(p) == (1000, 500)
 
@@ -149,8 +151,8 @@ def test_post_through_fake_slack_and_schedule_fires_once(seeded, tmp_path):
         assert len(posted) == 1 and sched.due == datetime(2026, 12, 7, 9, 0, tzinfo=cron.tz)
         msg = fake.called("chat.postMessage")[0]
         assert msg["channel"] == "C_REPORT" and "Weekly tuning report" in msg["text"]
-        assert len(fake.called("files.getUploadURLExternal")) == 4
-        assert len(fake.called("upload")) == 4
+        assert len(fake.called("files.getUploadURLExternal")) == 5   # report.md and four charts
+        assert len(fake.called("upload")) == 5
         done = fake.called("files.completeUploadExternal")
         assert len(done) == 1 and done[0]["channel_id"] == "C_REPORT"
         assert any(v.startswith(b"\x89PNG") for v in fake.uploads.values())
@@ -253,3 +255,20 @@ def test_corpus_export_cli(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "bot.cli", "corpus", "export"], cwd=ROOT, capture_output=True,
                          text=True, env=env)
     assert bad.returncode == 2 and "--feedback" in bad.stderr
+
+
+def test_step_time_per_job_over_time_healthy_runs_included(tmp_path, run):
+    """Issue 15: every stored diagnosis with step times feeds the report's step-time table and chart."""
+    from test_step_time import megatron
+    store = Store(tmp_path / "s.db")
+    for days_ago, text in ((3, megatron()), (1, megatron(slow_from=60))):
+        d = run(text, "train.log")
+        assert d.findings == []   # healthy runs: facts only
+        store.record(d, text.encode(), job_key="job-s", at=(NOW - timedelta(days=days_ago)).isoformat())
+    rep = report.make(store, NOW - timedelta(days=7), NOW, tmp_path / "out")
+    rows = rep.data.step_times
+    assert [(s["job"], s["slowdown_pct"] is None) for s in rows] == [("job-s", True), ("job-s", False)]
+    assert all(0.98 < s["median_s"] < 1.25 for s in rows)
+    md = rep.markdown_path.read_text()
+    assert "## Step time per job" in md and "![Step time per job](step_times.png)" in md
+    assert (tmp_path / "out" / "step_times.png").read_bytes()[:4] == b"\x89PNG"

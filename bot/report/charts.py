@@ -80,8 +80,31 @@ def nccl_tests(r: ReportData, path: Path) -> Path | None:
     return path
 
 
+def step_times(r: ReportData, path: Path) -> Path | None:
+    """Median step time per job over the period (one line per job, a marker per diagnosis)."""
+    if not r.step_times:
+        return None
+    plt = _plt()
+    from datetime import datetime
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    jobs: dict[str, list[dict]] = {}
+    for s in sorted(r.step_times, key=lambda s: s["at"]):
+        jobs.setdefault(s["job"], []).append(s)
+    for job, points in sorted(jobs.items())[:12]:
+        ax.plot([datetime.fromisoformat(p["at"]) for p in points], [p["median_s"] for p in points], marker="o",
+                label=job)
+    ax.set_title("Median step time per job")
+    ax.set_ylabel("seconds per step")
+    ax.legend(fontsize=8)
+    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def draw_all(r: ReportData, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     made = [incidents_by_day(r, out / "incidents_by_day.png"), root_causes(r, out / "root_causes.png"),
-            nccl_tests(r, out / "nccl_tests.png")]
+            nccl_tests(r, out / "nccl_tests.png"), step_times(r, out / "step_times.png")]
     return [p for p in made if p is not None]

@@ -64,6 +64,7 @@ class ReportData:
     changes: list[dict[str, Any]] = field(default_factory=list)
     loss: list[dict[str, Any]] = field(default_factory=list)
     throughput: list[dict[str, Any]] = field(default_factory=list)
+    step_times: list[dict[str, Any]] = field(default_factory=list)   # each diagnosis' step-time facts, per job
     moe: list[dict[str, Any]] = field(default_factory=list)
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
     unclaimed: list[dict[str, Any]] = field(default_factory=list)
@@ -186,6 +187,12 @@ def _applied(rec: dict[str, Any], job: dict[str, Any]) -> bool:
 def _training(r: ReportData, rows: list[dict], docs: dict[int, dict]) -> None:
     per_job: dict[str, dict[str, Any]] = {}
     for row in rows:
+        st = docs[row["id"]].get("step_time") or {}
+        if st:   # healthy runs too: how fast each job steps, over time
+            r.step_times.append({"id": row["id"], "at": row["created_at"], "job": row["job_key"],
+                                 "median_s": st["median_s"], "p90_s": st["p90_s"], "steps": st["steps"],
+                                 "anomalous_steps": st["anomalous_steps"],
+                                 "slowdown_pct": (st.get("slowdown") or {}).get("pct")})
         for f in docs[row["id"]].get("findings", []):
             if f["symptom"] in TRAINING:
                 j = per_job.setdefault(row["job_key"], {"job": row["job_key"], **dict.fromkeys(sorted(TRAINING), 0),

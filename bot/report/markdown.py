@@ -64,7 +64,7 @@ def render(r: ReportData, charts: list[Path]) -> str:
         out += [f"| `{c['name']}` → `{c['to']}` ({c['kind']}) | {c['count']} | {c['jobs_recommended']} | "
                 f"{c['jobs_applied']} | {_ids(c['ids'], 4)} |" for c in r.changes[:12]]
         out.append("")
-    out += _training(r)
+    out += _training(r, names)
     if r.benchmarks:
         out += ["## nccl-tests bus bandwidth", "", "| diagnosis | test | nodes × instance | busbw at largest size | "
                 "expected | ratio |", "|---|---|---|---:|---:|---:|"]
@@ -108,7 +108,7 @@ def _precision(r: ReportData) -> list[str]:
     return out + [""]
 
 
-def _training(r: ReportData) -> list[str]:
+def _training(r: ReportData, names: set[str] = frozenset()) -> list[str]:
     """Training stability (loss, MoE routing) and throughput sections."""
     out: list[str] = []
     if r.loss or r.moe:
@@ -125,6 +125,16 @@ def _training(r: ReportData) -> list[str]:
         out += ["## Throughput", "", "| when | job | symptom | measure | diagnosis |", "|---|---|---|---:|---|"]
         out += [f"| {t['at'][:16]} | {t['job']} | {t['symptom']} | {t['measure']} {t['value']} | #{t['id']} |"
                 for t in sorted(r.throughput, key=lambda t: (t["job"], t["at"]))[:20]]
+        out.append("")
+    if r.step_times:
+        out += ["## Step time per job", "", "Every diagnosed log that printed step times, healthy runs included.", "",
+                "| when | job | median | p90 | steps | unusually slow steps | lasting slowdown | diagnosis |",
+                "|---|---|---:|---:|---:|---:|---:|---|"]
+        out += [f"| {s['at'][:16]} | {s['job']} | {s['median_s']:g} s | {s['p90_s']:g} s | {s['steps']} | "
+                f"{s['anomalous_steps']} | {'+%g%%' % s['slowdown_pct'] if s['slowdown_pct'] else '-'} | #{s['id']} |"
+                for s in sorted(r.step_times, key=lambda s: (s["job"], s["at"]))[:30]]
+        if "step_times.png" in names:
+            out += ["", "![Step time per job](step_times.png)"]
         out.append("")
     return out
 
