@@ -14,7 +14,7 @@ from typing import Any
 
 from core.models import Evidence, Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
-from parsers.loss_series import Series, SpikeThresholds, line_of as _line
+from parsers.loss_series import Series, SpikeThresholds, hf_dict, line_of as _line
 from parsers.step_series import StepSeries
 
 SCALE_COLLAPSE = 16.0
@@ -163,6 +163,13 @@ class LossParser(Parser):
         if hit.no <= self.skip_to:
             return
         t = hit.text
+        hf = hf_dict(t) if t[:1] == "{" else None
+        if hf is not None:   # an HF Trainer dict: as the general path reads it, without its regexes
+            v, g, itv, has_g = hf
+            self._series("").add(v, g, itv, hit.no, hit.text.strip()[:500])
+            if has_g:
+                self.gnan_run = self.gnan_zero = 0   # the grad norm is finite here
+            return
         if "iteration" in t and "|" in t and not t.rstrip().endswith("|"):
             for i, nxt in enumerate(hit.after):
                 t += nxt

@@ -71,3 +71,29 @@ def test_a_megatron_line_without_a_grad_norm_is_not_a_nan_gradient(run):
     assert d.findings == []
     nan = run("[rank3]: iteration 100/ 1000 | lm loss: 3.2 | grad norm: nan |\n" * 3)
     assert [f.symptom for f in nan.findings] == ["loss_nan"]
+
+
+def test_hf_trainer_dicts_read_without_regexes_give_the_same_diagnosis(engine, monkeypatch):
+    """Issue 16: the string-only reading of {'loss': …} lines must answer exactly as the general path does —
+    on every corpus case and fixture that has such lines, and on a long log with a spike, NaNs and a prefix."""
+    import json
+    from pathlib import Path
+
+    import parsers.convergence as conv
+    from conftest import FIXTURES, ROOT
+    from core.ingest import from_bytes
+    rnd = random.Random(5)
+    long_log = "".join(
+        ("{'loss': %s, 'grad_norm': %s, 'learning_rate': 1.9e-05, 'epoch': %.2f}\n"
+         % ("nan" if i in (700, 701) else f"{(9.0 if i == 400 else 2.5) + rnd.random() * 0.05:.4f}",
+            "inf" if i == 650 else f"{0.8 + rnd.random() * 0.1:.3f}", i / 100))
+        + ("[rank0]: {'loss': 2.4, 'epoch': 3.0}\n" if i == 300 else "") for i in range(1, 900))
+    texts = [long_log] + [json.loads(x)["text"] for p in sorted((ROOT / "tests" / "corpus").glob("*.jsonl"))
+                          for x in p.read_text(encoding="utf-8").splitlines() if "{'loss': " in x]
+    texts += [p.read_text() for p in sorted(Path(FIXTURES).rglob("*.log")) if "{'loss': " in p.read_text()]
+    assert len(texts) > 5
+    fast = [engine.diagnose(from_bytes(t.encode(), "hf")).to_json_dict() for t in texts]
+    monkeypatch.setattr(conv, "hf_dict", lambda t: None)
+    slow = [engine.diagnose(from_bytes(t.encode(), "hf")).to_json_dict() for t in texts]
+    assert fast == slow
+    assert [f["symptom"] for f in fast[0]["findings"]] == ["loss_nan", "loss_spike"]
