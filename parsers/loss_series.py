@@ -115,7 +115,8 @@ def hf_dict(t: str) -> tuple[float, float, float, bool] | None:
     if not (t.startswith("{'loss': ") and t.rstrip().endswith("}")):
         return None
     body = t.strip()[1:-1]
-    if any(w in body.lower() for w in _HF_BAIL):
+    low = body.lower()
+    if any(w in low for w in _HF_BAIL):
         return None
     fields = {}
     for part in body.split(", "):
