@@ -99,13 +99,13 @@ def cmd_notify(args, settings) -> int:
         print(f"triage: {e}", file=sys.stderr)
         return 2
     except Exception as e:   # Slack refused for good (not_in_channel, invalid_auth): one line, not a traceback
-        print(f"triage: could not post to {args.channel}: {_slack_error(e)}", file=sys.stderr)
+        print(f"triage: could not post to {args.channel}: {slack_error(e)}", file=sys.stderr)
         return 1
     print(said(out, args.channel))
     return 0
 
 
-def _slack_error(e: Exception) -> str:
+def slack_error(e: Exception) -> str:
     resp: Any = getattr(e, "response", None)
     return str(resp.get("error")) if resp is not None and hasattr(resp, "get") else type(e).__name__
 

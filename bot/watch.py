@@ -109,9 +109,9 @@ class Watcher:
         try:
             out = self.notifier.job(paths, job, diagnosis=d)
         except Exception as e:   # Slack refused for good: retried when the files change, not on every pass
-            from bot.notify import _slack_error
+            from bot.notify import slack_error
             self._mark(job, sig, "failed")
-            return f"not posted: {_slack_error(e)}"
+            return f"not posted: {slack_error(e)}"
         self._mark(job, sig, "posted", out.diagnosis_id)
         return out
 
@@ -119,9 +119,13 @@ class Watcher:
         """Scan until `stop` is set (a set one: a single pass), saying on stdout what each job got."""
         from bot.notify import said
         while True:
-            for job, out in self.scan():
-                print(f"triage: {job}: " + (out if isinstance(out, str) else said(out, self.notifier.channel)
-                                            .removeprefix("triage: ")), flush=True)
+            try:
+                for job, out in self.scan():
+                    print(f"triage: {job}: " + (out if isinstance(out, str) else said(out, self.notifier.channel)
+                                                .removeprefix("triage: ")), flush=True)
+            except Exception as e:   # a locked database, a vanished mount: said, and the next pass tries again
+                print(f"triage: watch pass failed ({type(e).__name__}: {str(e)[:200]}); retrying", file=sys.stderr,
+                      flush=True)
             if stop.wait(every):
                 return
 

@@ -172,3 +172,20 @@ def test_the_slurm_epilog_notifies_failed_jobs_only(fake, tmp_path):
     assert killed.returncode == 0   # the wait() status of a SIGKILLed batch script: 128 + 9, in the job's thread
     second = posts(fake)[1]
     assert "exit code 137" in blocks_of(second)[0]["elements"][0]["text"] and second["thread_ts"] == fake.posted[0]["ts"]
+
+
+def test_a_failing_watch_pass_is_said_and_the_next_one_runs(capsys):
+    import threading
+
+    from bot.watch import Watcher
+    calls, stop = [], threading.Event()
+
+    class Flaky(Watcher):
+        def scan(self, at=None):
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError("mount gone")
+            stop.set()
+            return []
+    Flaky("/tmp", notifier=type("N", (), {"channel": "C9"})()).run(stop, 0.01)
+    assert len(calls) == 2 and "watch pass failed (OSError: mount gone); retrying" in capsys.readouterr().err
