@@ -196,5 +196,11 @@ def job_memory(job: dict) -> dict:
     if nxt:
         out["mem_saved_next_tp_gib"] = round(total - memory(m, nxt, int(pp), max(1, int(dp) * int(tp) // nxt),
                                                             min(int(zero), 3), recompute, int(mb))[2], 1)
+    if job.get("recompute_granularity") == "selective":   # the log shows it: the next rung is full recomputation
+        out["mem_saved_full_recompute_gib"] = round(acts - memory(m, int(tp), int(pp), int(dp), min(int(zero), 3),
+                                                                  "full", int(mb))[1], 1)
+    if dp > 1 and (zero == 0 or num("zero_stage") == 1):   # one sharding step further: ZeRO-1 / dist. optimizer, ZeRO-2
+        out["mem_saved_more_sharding_gib"] = round(states - memory(m, int(tp), int(pp), int(dp), int(zero) + 1,
+                                                                   recompute, int(mb))[0], 1)
     return out
 

@@ -97,3 +97,21 @@ def test_job_memory_needs_the_shape():
     assert P.job_memory({"micro_batch_size": 4}) == {}
     mem = P.job_memory({"num_layers": 32, "hidden_size": 4096, "micro_batch_size": 1})
     assert "mem_saved_half_micro_gib" not in mem and mem["mem_total_gib"] > 0
+
+
+def test_each_oom_rung_says_what_it_saves_for_this_job(run):
+    """Issue 17: full recomputation and the next sharding step state their saving, computed from the job's config."""
+    log = (OOM_ARGS.replace("use_distributed_optimizer ....................... True",
+                            "use_distributed_optimizer ....................... False")
+           .replace("  world_size", "  recompute_granularity ........................... selective\n  world_size"))
+    d = run(log)
+    mem = P.job_memory(d.job)
+    assert mem["mem_saved_full_recompute_gib"] > 10 and mem["mem_saved_more_sharding_gib"] > 10
+    steps = {s.id: s.text for s in d.findings[0].steps}
+    assert f"about {mem['mem_saved_full_recompute_gib']} GiB less per GPU" in steps["cuda_oom.activation_checkpointing"]
+    assert f"about {mem['mem_saved_more_sharding_gib']} GiB less per GPU" in steps["cuda_oom.zero2"]
+    assert "distributed optimizer" in steps["cuda_oom.zero2"]
+    # the job already shards with the distributed optimizer and recomputes fully: no such rung, no saving claimed
+    done = run(OOM_ARGS.replace("  world_size", "  recompute_granularity ........................... full\n  world_size"))
+    assert not {"mem_saved_full_recompute_gib", "mem_saved_more_sharding_gib"} & set(P.job_memory(done.job))
+    assert all("GiB less per GPU" not in s.text for s in done.findings[0].steps)
