@@ -200,21 +200,15 @@ def cmd_eval(args, settings: Settings) -> int:
 
 
 def cmd_serve(args, settings: Settings) -> int:
-    from bot.service import Triage
     from bot.slack_app import create_app
     from bot.server import serve_http, serve_socket
-    from knowledge.runbook import load as load_runbook
+    from bot.wiring import triage as make_triage
     from slack_sdk.errors import SlackApiError, SlackClientError
     _logging()
     mode = settings.require_slack()
     store = _store(settings)
     store.verify()
-    cfg = settings.llm_config()
-    phraser = None
-    if cfg is not None:
-        from bot.llm import Phraser
-        phraser = Phraser(cfg, load_runbook(), store)
-    triage = Triage(_engine(settings), load_runbook(), store, settings.max_bytes, phraser)
+    triage = make_triage(settings, store)
     try:
         app = create_app(settings, triage)
     except (SlackApiError, SlackClientError, OSError) as e:
@@ -246,10 +240,9 @@ def cmd_report(args, settings: Settings) -> int:
     rep = report.make(_store(settings), since, until, Path(args.out))
     print(f"wrote {rep.markdown_path} and {len(rep.charts)} chart(s): {rep.data.total} diagnoses")
     if args.post:
-        from slack_sdk import WebClient
+        from bot.wiring import slack_client
         settings.require_slack()
-        kwargs = {"base_url": settings.slack_api_base_url} if settings.slack_api_base_url else {}
-        report.post(WebClient(token=settings.slack_bot_token.get_secret_value(), **kwargs), args.post, rep)
+        report.post(slack_client(settings), args.post, rep)
         print(f"posted to {args.post}")
     return 0
 

@@ -33,7 +33,8 @@ def feedback_cases(store: "Store", since: datetime | None = None) -> Iterator[di
 def cmd_corpus_export(args, settings) -> int:
     import sys
 
-    from bot.store import Store, now
+    from bot.store import now
+    from bot.wiring import store
     if not args.feedback:
         print("triage: corpus export needs --feedback (the only source so far)", file=sys.stderr)
         return 2
@@ -45,7 +46,7 @@ def cmd_corpus_export(args, settings) -> int:
         except ValueError as e:
             print(f"triage: --since: {e}", file=sys.stderr)
             return 2
-    for case in feedback_cases(Store(settings.db), since):
+    for case in feedback_cases(store(settings), since):
         print(json.dumps(case, ensure_ascii=False))
     return 0
 

@@ -26,21 +26,12 @@ class Outcome:
 class Notifier:
     """Posts job diagnoses to one channel through a SlackBot's answer path (outbox, attachments, LLM phrasing)."""
 
-    def __init__(self, settings, engine, store, channel: str, lang: str = "en", client=None):
-        from slack_sdk import WebClient
-
-        from bot.service import Triage
+    def __init__(self, settings, store, channel: str, lang: str = "en"):
         from bot.slack_app import SlackBot
-        from knowledge.runbook import load as load_runbook
-        token = settings.slack_bot_token.get_secret_value()
-        kwargs = {"base_url": settings.slack_api_base_url} if settings.slack_api_base_url else {}
-        self.client = client or WebClient(token=token, **kwargs)
-        phraser = None
-        if settings.llm_config() is not None:
-            from bot.llm import Phraser
-            phraser = Phraser(settings.llm_config(), load_runbook(), store)
-        self.triage = Triage(engine, load_runbook(), store, settings.max_bytes, phraser)
-        self.bot = SlackBot(settings, self.triage, token)
+        from bot.wiring import slack_client, triage
+        self.client = slack_client(settings)
+        self.triage = triage(settings, store)
+        self.bot = SlackBot(settings, self.triage, settings.slack_bot_token.get_secret_value())
         self.store, self.channel, self.lang = store, channel, lang
 
     def diagnose(self, paths: list[tuple[str, str]], label: str):
@@ -82,7 +73,7 @@ def slack_ready(settings) -> str | None:
 
 
 def cmd_notify(args, settings) -> int:
-    from bot.wiring import engine as _engine, store as _store
+    from bot.wiring import store
     from core.ingest import UnusableInput
     from core.inputs import log_paths
     why = slack_ready(settings)
@@ -92,7 +83,7 @@ def cmd_notify(args, settings) -> int:
     paths, notes = log_paths(args.files)
     for note in notes:
         print(f"triage: {note}", file=sys.stderr)
-    notifier = Notifier(settings, _engine(settings), _store(settings), args.channel, args.lang)
+    notifier = Notifier(settings, store(settings), args.channel, args.lang)
     try:
         out = notifier.job(paths, args.notify_job or "", args.exit_code, args.only_failures)
     except UnusableInput as e:

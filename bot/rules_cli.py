@@ -68,9 +68,9 @@ playbooks:
 
 
 def cmd_rules_new(args, settings) -> int:
-    from bot.store import Store
+    from bot.wiring import store
     from core.redact import mask_secrets
-    rows = list(Store(settings.db).db.query("select template, example from unclaimed where rowid = ?",
+    rows = list(store(settings).db.query("select template, example from unclaimed where rowid = ?",
                                             [args.from_unclaimed]))
     if not rows:
         print(f"triage: no unrecognised error {args.from_unclaimed} in TRIAGE_DB (the weekly report lists their "

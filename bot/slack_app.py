@@ -21,6 +21,7 @@ from bot.slack_feedback import FeedbackHandlers
 from bot.slack_calls import react
 from bot.slack_config import diff_blocks, split_configs
 from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
+from bot.wiring import slack_client
 from bot.workqueue import WorkQueue
 from core.ingest import UnusableInput
 from knowledge.evidence import asks_for
@@ -37,9 +38,7 @@ NOT_HERE = "Train Triage is not enabled in this channel. Ask an admin to add it 
 def create_app(settings: Settings, triage: Triage, client: WebClient | None = None) -> App:
     token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None
     secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else None
-    if client is None:
-        kwargs = {"base_url": settings.slack_api_base_url} if settings.slack_api_base_url else {}
-        client = WebClient(token=token, **kwargs)
+    client = client or slack_client(settings)
     # Bolt runs ack functions on its listener executor; the heavy work goes to the bot's own small pool (see
     # SlackBot.offload), so a burst of diagnoses never makes an ack wait for a free thread.
     app = App(signing_secret=secret, client=client, request_verification_enabled=secret is not None, logger=log,

@@ -133,7 +133,7 @@ class Watcher:
 def cmd_watch(args, settings) -> int:
     import signal
 
-    from bot.wiring import engine as _engine, store as _store
+    from bot.wiring import store
     from bot.notify import Notifier, slack_ready
     try:
         settle, max_age = duration(args.settle), duration(args.max_age)
@@ -144,7 +144,7 @@ def cmd_watch(args, settings) -> int:
     if why:
         print(f"triage: {why}", file=sys.stderr)
         return 2
-    watcher = Watcher(args.dir, Notifier(settings, _engine(settings), _store(settings), args.channel, args.lang),
+    watcher = Watcher(args.dir, Notifier(settings, store(settings), args.channel, args.lang),
                       settle, max_age)
     stop = threading.Event()
     if args.once:

@@ -14,3 +14,24 @@ def engine(settings):
 def store(settings):
     from bot.store import Store
     return Store(settings.db)
+
+
+def triage(settings, store):
+    """What the Slack bot and `triage notify` answer with: the engine, the runbook (read once), the store, and the
+    LLM phraser when TRIAGE_LLM is set."""
+    from bot.service import Triage
+    from knowledge.runbook import load as load_runbook
+    runbook, cfg = load_runbook(), settings.llm_config()
+    phraser = None
+    if cfg is not None:
+        from bot.llm import Phraser
+        phraser = Phraser(cfg, runbook, store)
+    return Triage(engine(settings), runbook, store, settings.max_bytes, phraser)
+
+
+def slack_client(settings):
+    """The Web API client with the bot token (and SLACK_API_BASE_URL when set: a local fake Slack in tests)."""
+    from slack_sdk import WebClient
+    token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None
+    kwargs = {"base_url": settings.slack_api_base_url} if settings.slack_api_base_url else {}
+    return WebClient(token=token, **kwargs)

@@ -137,34 +137,34 @@ class EfaMrParser(Parser):
 
 
 _SOCKET = rx(r"NET/Socket ?: Using \[\d+\](\w[\w.-]*)|Using network Socket|Using internal Network Socket"
-             r"|via NET/Socket")
+             r"|via NET/Socket", needs=("Socket",))
 _RDMA = rx(r"Using network (?:AWS Libfabric|Libfabric|IB|IBext|\w*OFI)|Using internal Network IB|Selected Provider is efa"
-           r"|via NET/(?:IB|AWS Libfabric|Libfabric|OFI)|NET/IB ?: Using \[\d+\]\w|NET/OFI Selected provider is efa")
-# (what a line says, fixed text one of which it must hold, the pattern): the pattern runs only on such lines
+           r"|via NET/(?:IB|AWS Libfabric|Libfabric|OFI)|NET/IB ?: Using \[\d+\]\w|NET/OFI Selected provider is efa",
+           needs=("Using network", "Using internal Network", "Selected Provider is efa", "via NET/", "NET/IB",
+                  "Selected provider is efa"))
 _EXPECT = (
-    ("ofi_init_failed", ("aws-ofi-nccl", "NET/OFI"), rx(r"aws-ofi-nccl initialization failed|NET/OFI .*(?:failed|Failed)")),
-    ("ib_no_device", ("NET/IB",), rx(r"NET/IB ?: No device found")),
-    ("ib_open_failed", ("ibv_open_device", "NET/IB"), rx(r"ibv_open_device failed|NET/IB ?: Unable to open device")),
-    ("ib_plugin", ("plugin", "Plugin", "NCCL_IB_DISABLE"),
-     rx(r"P2P plugin IBext|Loaded net plugin|Plugin Path|NCCL_IB_DISABLE set by environment to 0")),
-    ("ib_disabled", ("NCCL_IB_DISABLE",), rx(r"NCCL_IB_DISABLE set by environment to 1")),   # counts only with IPoIB
-    ("efa_platform", ("platform", "FI_PROVIDER", "provider_filter", "NET/OFI"),
-     rx(r"Running on [Pp]\d\w* platform|FI_PROVIDER|provider_filter|NET/OFI")),
+    ("ofi_init_failed", rx(r"aws-ofi-nccl initialization failed|NET/OFI .*(?:failed|Failed)",
+                           needs=("aws-ofi-nccl", "NET/OFI"))),
+    ("ib_no_device", rx(r"NET/IB ?: No device found", needs=("NET/IB",))),
+    ("ib_open_failed", rx(r"ibv_open_device failed|NET/IB ?: Unable to open device", needs=("ibv_open_device", "NET/IB"))),
+    ("ib_plugin", rx(r"P2P plugin IBext|Loaded net plugin|Plugin Path|NCCL_IB_DISABLE set by environment to 0",
+                     needs=("plugin", "Plugin", "NCCL_IB_DISABLE"))),
+    ("ib_disabled", rx(r"NCCL_IB_DISABLE set by environment to 1", needs=("NCCL_IB_DISABLE",))),   # only with IPoIB
+    ("efa_platform", rx(r"Running on [Pp]\d\w* platform|FI_PROVIDER|provider_filter|NET/OFI",
+                        needs=("platform", "FI_PROVIDER", "provider_filter", "NET/OFI"))),
 )
-_RDMA_WORDS = ("Using network", "Using internal Network", "Selected Provider is efa", "via NET/", "NET/IB",
-               "Selected provider is efa")
-_PROVIDER_WORDS = ("rovider", "fi_getinfo", "OFI NCCL failure", "protocol")
 _PROVIDER = rx(r"Couldn't find any optimal provider|fi_getinfo(?: failed)?:? ?-61|fi_getinfo\(\) call failed: No data available|Could not find a valid provider"
                r"|fi_getinfo: provider efa output empty list|No eligible providers were found"
                r"|No providers? (?:found|available)|OFI NCCL failure|Unable to find (?:a |any )?provider"
-               r"|Unable to find a protocol that worked|Failed to initiali[sz]e (?:rdma|sendrecv) protocol")
+               r"|Unable to find a protocol that worked|Failed to initiali[sz]e (?:rdma|sendrecv) protocol",
+               needs=("rovider", "fi_getinfo", "OFI NCCL failure", "protocol"))
 # aws-ofi-nccl running over libfabric's TCP (or UDP/sockets) provider: the plugin is loaded, but the wire is TCP
-_OFI_TCP = rx(r"(?i)NET/OFI Selected provider is (tcp|sockets|udp)\b")
+_OFI_TCP = rx(r"(?i)NET/OFI Selected provider is (tcp|sockets|udp)\b", needs=("provider is",), fold=True)
 # NCCL found no network plugin (every generation: "No plugin found (libnccl-net.so)" up to 2.21 — with or without
 # dlerror — and "Could not find: libnccl-net.so" since 2.22); the cause of a fallback only once one is established
 _NO_PLUGIN = rx(r"NET/Plugin ?: (?:dlerror=.*?)?No plugin found \((libnccl-net[^)]*)\)"
                 r"|NET/Plugin: Could not find: (?:\S+ )*?(libnccl-net[\w.-]*?)\.? Using internal")
-_NNODES = rx(r"\bnNodes (\d+)\b")
+_NNODES = rx(r"\bnNodes (\d+)\b", needs=("nNodes",))
 _EFA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200")
 
 
@@ -200,18 +200,18 @@ class TransportParser(Parser):
                 self.no_plugin = (hit.no, t, p.group(1) or p.group(2))
                 return
         h = host_of(t)
-        n = search(_NNODES, t) if "nNodes" in t else None
+        n = search(_NNODES, t)
         if n:
             self.nodes = max(self.nodes or 0, int(n.group(1)))
         if "via NET/Socket" in t:
             self.net_channels += 1
-        o = search(_OFI_TCP, t) if "provider is" in t.lower() else None   # each pattern only where its text is
+        o = search(_OFI_TCP, t)
         if o:
             self.ofi_tcp += 1
             self.ifaces.add(f"libfabric {o.group(1).lower()} provider")
             m = o
         else:
-            m = search(_SOCKET, t) if "Socket" in t else None
+            m = search(_SOCKET, t)
         if m:
             self.socket_lines += 1
             self.sock_ev.add(hit.no, t)
@@ -220,7 +220,7 @@ class TransportParser(Parser):
             if h:
                 self.socket_hosts.add(h)
             return
-        if any(w in t for w in _RDMA_WORDS) and search(_RDMA, t):
+        if search(_RDMA, t):
             if self.ofi_tcp and "ibfabric" in t:
                 return   # the plugin's channels ride the TCP provider picked above
 
@@ -228,12 +228,12 @@ class TransportParser(Parser):
             if h:
                 self.rdma_hosts.add(h)
             return
-        if any(w in t for w in _PROVIDER_WORDS) and search(_PROVIDER, t):
+        if search(_PROVIDER, t):
             self.prov_ev.add(hit.no, t)
             self.expect.add("efa_provider")
             return
-        for name, words, pat in _EXPECT:
-            if any(w in t for w in words) and search(pat, t):
+        for name, pat in _EXPECT:
+            if search(pat, t):
                 self.expect.add(name)
                 if name != "efa_platform":
                     self.expect_ev.add(hit.no, t)

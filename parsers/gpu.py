@@ -215,11 +215,13 @@ _DCGM_GPU = rx(r"^\s*(gpuId|physicalId) (\d+):")
 _DCGM_STATES = rx(r"^\s*([UDX_](?:\s+[UDX_])*)\s*$")
 _FABRIC = rx(r"(?i)fabric ?manager (?:found but )?not (?:active|running)|fabric_manager_active\W*:\W*false"
              r"|all links are inactive|Failed to bind NVLink SHARP|nv-fabricmanager[^\n]*(?:fail|error)"
-             r"|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY")
-_FABRIC_WORDS = ("fabric manager", "fabricmanager", "fabric_manager", "links are inactive", "nvlink", "not yet initialized", "notready", "not_ready")
-_LINK_ERR = rx(r"(?i)uncorrectable NVLink error|P2P is disabled between NVLINK connected GPUs")
+             r"|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY",
+             needs=("fabric manager", "fabricmanager", "fabric_manager", "links are inactive", "nvlink",
+                    "not yet initialized", "notready", "not_ready"), fold=True)   # "libfabric" is not enough
+_LINK_ERR = rx(r"(?i)uncorrectable NVLink error|P2P is disabled between NVLINK connected GPUs", needs=("nvlink",),
+               fold=True)
 _DIAG = rx(r"\|\s*(NVLink|PCIe)[^|]*\|\s*Fail\b|(\d+) (?:active )?NvLinks?.*expected (\d+)"
-           r"|NVLink (?:link )?\d+ (?:is )?(?:down|inactive)", flags=0)
+           r"|NVLink (?:link )?\d+ (?:is )?(?:down|inactive)", needs=("nvlink", "fail"), fold=True)
 
 
 class NvlinkParser(Parser):
@@ -240,7 +242,7 @@ class NvlinkParser(Parser):
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
-        head = t.lstrip()[:12]   # each pattern below runs only where its fixed text is: NCCL INFO lines say "GPU " a lot
+        head = t.lstrip()[:12]   # the anchored patterns run only on lines that start so: NCCL INFO lines say "GPU " a lot
         m = search(_SMI_GPU, t) if t.startswith("GPU ") else None
         if m:
             self.gpu = f"GPU {m.group(1)}"
@@ -263,12 +265,9 @@ class NvlinkParser(Parser):
                     self.down[name] = downs
                     self.ev.add(hit.no + 1, f"{name}: {hit.after[0].strip()}")
             return
-        low = t.lower()
-        if any(k in low for k in _FABRIC_WORDS) and search(_FABRIC, t):
+        if search(_FABRIC, t):
             self.fabric = True
             self.ev.add(hit.no, t)
-            return
-        if "nvlink" not in low and "fail" not in low:
             return
         if search(_LINK_ERR, t):
             self.link_error = True

@@ -26,7 +26,8 @@ class StepTimeCollector(Collector):
             return
         unit = (m.group(2) or m.group(3) or m.group(5) or "s").lower()
         it = search(_ITER, t[:m.start()] + " " + t[m.end():])
-        self.series.source = f"{m.group(1).lower()}"
+        if not len(self.series):
+            self.series.source = m.group(1).lower()   # the key that started the series names it
         self.series.add(int(it.group(1)) if it else None, float(m.group(4)) / (1000 if unit == "ms" else 1), hit.no)
 
     def collect(self, ctx: Context) -> None:
