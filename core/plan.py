@@ -1,13 +1,19 @@
-"""`triage plan`: parallel layouts for a dense model before launch, with memory per GPU (the seeds' 000 §1.3 rules,
-§2 memory math and §2.6 layouts by model size).
+"""`triage plan`: parallel layouts for a dense or MoE model before launch, with memory per GPU (the seeds' 000 §1.3
+rules, §2 memory math and §2.6 layouts by model size).
 
-Candidates are every DP × TP × PP that uses all GPUs with TP inside a node (≤ 8) and PP dividing the layers, each
-with the least sharding that fits. Memory per GPU = model states + activations of the first pipeline stage (which
-holds PP micro-batches in flight under 1F1B) + a fixed reserve for NCCL buffers and the CUDA context:
-- states, bytes per parameter on this GPU: 18 (mixed-precision Adam, nothing sharded), 6 + 12/DP (distributed
-  optimizer / ZeRO-1), 4 + 16/DP (ZeRO-2), 18/DP plus the largest layer gathered (ZeRO-3);
-- activations per layer and micro-batch with sequence parallelism: 34·s·b·h/TP bytes with selective recompute,
-  2·s·b·h/TP with full recompute (Korthikanti et al.)."""
+Candidates are every DP × TP × PP × EP × CP that uses all GPUs (the seed's way of counting: for MoE, Megatron's
+data-parallel size is DP × EP and EP is carved out of it) with TP inside a node (≤ 8), PP dividing the layers, EP
+dividing the experts, CP only for sequences of 16k and more, each with the least sharding that fits. Memory per
+GPU = model states + activations of the first pipeline stage (which holds PP micro-batches in flight under 1F1B)
++ a fixed reserve for NCCL buffers and the CUDA context:
+- states, bytes per parameter on this GPU: 18 (mixed-precision Adam, nothing sharded), 6 + 12/N (distributed
+  optimizer / ZeRO-1), 4 + 16/N (ZeRO-2), 18/N plus the largest layer gathered (ZeRO-3), where N is the ranks
+  holding the same weights: DP × EP × CP for dense weights, DP × CP for an expert's (experts are split over EP
+  and, as Megatron does by default, over TP);
+- activations per layer and micro-batch with sequence parallelism, divided by TP × CP: 34·s·b·h bytes with
+  selective recompute (Korthikanti et al.), 2·s·b·h with full recompute. An MoE layer keeps the attention part
+  (15·s·b·h) and, for each of the top-k experts a token visits, the SwiGLU MLP's (3h + 6F)·s·b with F the expert's
+  FFN size (from its parameter count), times the seed's capacity factor 1.25 for uneven routing."""
 from __future__ import annotations
 
 import math
@@ -19,18 +25,36 @@ from core import layout
 GIB = 2 ** 30
 RESERVE_GIB = 3.0   # NCCL buffers, CUDA context, allocator slack
 USABLE = 0.9        # plan for at most 90% of the GPU's memory
-GPU_GIB = {"a100-40gb": 40, "a100-80gb": 80, "h100-80gb": 80, "h200": 141, "h200-141gb": 141, "b200": 180,
-           "b200-180gb": 180, "b300": 288}
+# GiB per GPU as the seed lists it (004, the AWS EC2 figures)
+GPU_GIB = {"a100-40gb": 40, "a100-80gb": 80, "h100-80gb": 80, "h200": 141, "h200-141gb": 141, "b200": 179,
+           "b200-180gb": 179, "b300": 269}
 INSTANCES = (("p4d.24xlarge", "a100-40gb"), ("p4de.24xlarge", "a100-80gb"), ("p5.48xlarge", "h100-80gb"),
-             ("p5en.48xlarge", "h200"), ("p6-b200.48xlarge", "b200"))
+             ("p5en.48xlarge", "h200"), ("p6-b200.48xlarge", "b200"), ("p6-b300.48xlarge", "b300"))
 # Llama-style shapes by size: (parameters, layers, hidden, heads)
 SHAPES = ((1.3e9, 24, 2048, 16), (2.7e9, 32, 2560, 32), (7e9, 32, 4096, 32), (13e9, 40, 5120, 40),
           (34e9, 48, 8192, 64), (70e9, 80, 8192, 64), (175e9, 96, 12288, 96), (405e9, 126, 16384, 128))
+# public MoE shapes by total size: (parameters, layers, hidden, heads) — Qwen3-30B-A3B, Mixtral 8x7B, gpt-oss-120b,
+# Mixtral 8x22B, Qwen3-235B-A22B, DeepSeek-V3
+MOE_SHAPES = ((30.5e9, 48, 2048, 32), (46.7e9, 32, 4096, 32), (117e9, 36, 2880, 64), (141e9, 56, 6144, 48),
+              (235e9, 94, 4096, 64), (671e9, 61, 7168, 128))
+CAPACITY = 1.25     # the seed's capacity factor (000 §2.1): headroom for tokens routed unevenly
+LONG_SEQ = 16384    # context parallelism is considered from this sequence length on
 # the seed's starting points (000 §2.6): (max params, GPUs, tp, pp, dp, zero, note)
 SEED_ROWS = ((7e9, 8, 1, 1, 8, 1, "≤ 7B on one node"), (13e9, 16, 1, 2, 8, 2, "≤ 13B on two nodes"),
              (70e9, 64, 8, 2, 4, 1, "30–70B, fast network: TP inside the node, PP across"),
              (70e9, 64, 4, 4, 4, 1, "30–70B, slow network: lean on PP"),
              (200e9, 512, 8, 8, 8, 1, "100–200B"))
+# MoE (000 §2.6): (max params, GPUs, dp, tp, pp, ep, note)
+MOE_SEED_ROWS = ((30e9, 16, 2, 1, 2, 4, "≤ 30B: keep EP inside the node (2–4 experts per GPU)"),
+                 (30e9, 32, 2, 2, 2, 4, "≤ 30B: keep EP inside the node (2–4 experts per GPU)"),
+                 (70e9, 32, 2, 2, 2, 4, "≤ 70B: FSDP/ZeRO-3 by default, micro-batches ≥ stages"),
+                 (70e9, 64, 2, 2, 2, 8, "≤ 70B: FSDP/ZeRO-3 by default, micro-batches ≥ stages"),
+                 (200e9, 128, 2, 4, 4, 4, "≤ 200B: hierarchical all-to-all (inside, then across nodes), overlap"),
+                 (200e9, 256, 2, 4, 4, 8, "≤ 200B: hierarchical all-to-all (inside, then across nodes), overlap"),
+                 (500e9, 512, 2, 8, 8, 4, "≤ 500B: TP and EP inside the NVSwitch domain, EFA for PP/DP"),
+                 (500e9, 1024, 2, 8, 8, 8, "≤ 500B: TP and EP inside the NVSwitch domain, EFA for PP/DP"),
+                 (700e9, 1024, 2, 8, 8, 8, "700B: watch expert imbalance closely"),
+                 (700e9, 1536, 3, 8, 8, 8, "700B: watch expert imbalance closely"))
 
 
 class PlanError(ValueError):
@@ -51,11 +75,32 @@ class Model:
     hidden: int
     heads: int
     seq_len: int = 4096
+    experts: int = 0            # routed experts per MoE layer; 0 for a dense model
+    top_k: int = 2              # experts each token visits (the seed: top-1/2)
+    active: float | None = None   # parameters one token uses (MoE)
 
     @classmethod
-    def of(cls, params: float, seq_len: int, layers=None, hidden=None, heads=None) -> "Model":
-        _, l0, h0, a0 = min(SHAPES, key=lambda s: abs(math.log(s[0] / params)))
-        return cls(params, layers or l0, hidden or h0, heads or a0, seq_len)
+    def of(cls, params: float, seq_len: int, layers=None, hidden=None, heads=None, experts: int = 0,
+           active: float | None = None, top_k: int = 2) -> "Model":
+        if experts:
+            if experts < 2 or not active or not 0 < active < params or not 0 < top_k < experts:
+                raise PlanError("an MoE model needs --experts ≥ 2, --active-params below --params and "
+                                "--top-k below --experts")
+        _, l0, h0, a0 = min(MOE_SHAPES if experts else SHAPES, key=lambda s: abs(math.log(s[0] / params)))
+        return cls(params, layers or l0, hidden or h0, heads or a0, seq_len, experts, top_k, active)
+
+    @property
+    def expert_params(self) -> float:
+        """All routed experts' weights: total = shared + E·e and active = shared + k·e give one expert's e."""
+        return 0.0 if not self.experts else (self.params - self.active) / (self.experts - self.top_k) * self.experts
+
+    def mlp_bytes_per_token(self) -> float:
+        """Activation bytes of one layer's MLP per token, before the TP × CP split: the dense 19·h, or for MoE the
+        top-k experts' SwiGLU MLPs (3h + 6F each, F from one expert's weights in one layer = 3·h·F)."""
+        if not self.experts:
+            return 19 * self.hidden
+        ffn = self.expert_params / self.experts / self.layers / (3 * self.hidden)
+        return self.top_k * CAPACITY * (3 * self.hidden + 6 * ffn)
 
 
 @dataclass
@@ -71,26 +116,42 @@ class Candidate:
     total: float
     fits: bool
     vpp: int | None = None
+    vpp_layers: int = 0   # layers per virtual stage, with vpp
+    ep: int = 1
+    cp: int = 1
     why: list[str] = field(default_factory=list)
     source: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "ep": 1, "cp": 1, "vpp": self.vpp,
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "ep": self.ep, "cp": self.cp, "vpp": self.vpp,
                 "zero_stage": self.zero_stage, "recompute": self.recompute, "micro_batch": self.micro_batch,
                 "memory_gib": {"states": self.states, "activations": self.activations, "total": self.total},
-                "fits": self.fits, "why": self.why, "source": self.source}
+                "fits": self.fits, "why": self.why, "source": self.source, "megatron_args": self.megatron_args()}
+
+    def megatron_args(self) -> str:
+        out = f"--tensor-model-parallel-size {self.tp} --pipeline-model-parallel-size {self.pp}"
+        out += f" --expert-model-parallel-size {self.ep}" if self.ep > 1 else ""
+        out += f" --context-parallel-size {self.cp}" if self.cp > 1 else ""
+        out += f" --num-layers-per-virtual-pipeline-stage {self.vpp_layers}" if self.vpp else ""
+        out += " --sequence-parallel" if self.tp > 1 else ""
+        # Megatron's distributed optimizer is the ZeRO-1 figure; ZeRO-3 is its FSDP2 (not with PP); ZeRO-2 has none
+        out += {1: " --use-distributed-optimizer", 3: " --use-torch-fsdp2" if self.pp == 1 else ""}.get(self.zero_stage, "")
+        return out + f" --recompute-granularity {self.recompute} --micro-batch-size {self.micro_batch}"
 
 
 def states_bytes_per_param(zero: int, dp: int) -> float:
     return {0: 18.0, 1: 6 + 12 / dp, 2: 4 + 16 / dp, 3: 18 / dp}[zero]
 
 
-def memory(m: Model, tp: int, pp: int, dp: int, zero: int, recompute: str, mb: int) -> tuple[float, float, float]:
-    local = m.params / (tp * pp)
-    states = local * states_bytes_per_param(zero, dp)
-    if zero == 3:
-        states += 2 * 12 * m.hidden ** 2 / tp   # one layer's bf16 weights gathered at a time
-    per_layer = (34 if recompute == "selective" else 2) * m.seq_len * mb * m.hidden / tp
+def memory(m: Model, tp: int, pp: int, dp: int, zero: int, recompute: str, mb: int, ep: int = 1,
+           cp: int = 1) -> tuple[float, float, float]:
+    dense, experts = m.params - m.expert_params, m.expert_params
+    states = (dense / (tp * pp) * states_bytes_per_param(zero, dp * ep * cp)
+              + experts / (ep * tp * pp) * states_bytes_per_param(zero, dp * cp))
+    if zero == 3:   # one layer's bf16 weights gathered at a time: its dense part and this EP rank's experts
+        states += 2 * (dense / (tp * m.layers) + experts / (ep * tp * m.layers))
+    per_token = 15 * m.hidden + m.mlp_bytes_per_token() if recompute == "selective" else 2 * m.hidden
+    per_layer = per_token * m.seq_len * mb / (tp * cp)
     acts = per_layer * (m.layers / pp) * pp   # the first stage keeps PP micro-batches in flight
     s, a = states / GIB, acts / GIB
     return round(s, 1), round(a, 1), round(s + a + RESERVE_GIB, 1)
@@ -100,13 +161,16 @@ def candidates(m: Model, gpus: int, gpu_gib: float, network: str = "efa", mb: in
                per_node: int = layout.GPUS_PER_NODE) -> list[Candidate]:
     if gpus < 1:
         raise PlanError("--gpus must be at least 1")
+    cps = [c for c in (1, 2, 4, 8) if c == 1 or (m.seq_len >= LONG_SEQ and m.seq_len % (2 * c) == 0)]
+    eps = [e for e in range(1, (m.experts or 1) + 1) if (m.experts or 1) % e == 0]
     out: list[Candidate] = []
     for tp in (t for t in (1, 2, 4, 8) if t <= min(per_node, gpus)):
-        for pp in (p for p in range(1, m.layers + 1) if m.layers % p == 0 and gpus % (tp * p) == 0):
-            dp = gpus // (tp * pp)
-            out.append(_best(m, tp, pp, dp, gpu_gib, mb))
+        for cp in cps:
+            for ep in (e for e in eps if gpus % (tp * cp * e) == 0):
+                for pp in (p for p in range(1, m.layers + 1) if m.layers % p == 0 and gpus % (tp * cp * ep * p) == 0):
+                    out.append(evaluate(m, tp, pp, gpus // (tp * cp * ep * pp), gpu_gib, mb, ep, cp, per_node))
     # layouts that fit, best first; then the ones that do not, closest to fitting first
-    out.sort(key=lambda c: (not c.fits, round(cost(c, network), 4) if c.fits else c.total, c.total))
+    out.sort(key=lambda c: (not c.fits, round(cost(c, network, per_node), 4) if c.fits else c.total, c.total))
     return out
 
 
@@ -116,36 +180,52 @@ def bubble(pp: int, micro_batches: int | None = None) -> float:
     return (pp - 1) / (m + pp - 1)
 
 
-def cost(c: Candidate, network: str) -> float:
-    """Lower is better: the pipeline bubble, tensor-parallel traffic (inside the node), deeper sharding and full
-    recompute; on a slow network, data-parallel all-reduce across nodes weighs in too (the seeds: PP first there)."""
+def cost(c: Candidate, network: str, per_node: int = layout.GPUS_PER_NODE) -> float:
+    """Lower is better: the pipeline bubble, tensor- and context-parallel traffic, deeper sharding and full
+    recompute; expert all-to-all that leaves the node (EP × TP beyond the NVLink domain, the seed: keep EP inside
+    it); on a slow network, data-parallel all-reduce across nodes weighs in too (the seeds: PP first there)."""
     out = bubble(c.pp) / (c.vpp or 1) + 0.05 * math.log2(c.tp) + {0: 0, 1: 0, 2: 0.05, 3: 0.15}[c.zero_stage]
     out += 0.2 if c.recompute == "full" else 0.0
+    out += 0.04 * math.log2(c.cp) + (0.03 if c.ep not in (1, 4, 8) else 0.0)   # the seed: try EP 4 or 8
+    out += 0.1 * math.log2(c.ep * c.tp / per_node) if c.ep * c.tp > per_node else 0.0
     if network == "slow":
-        out += 0.08 * math.log2(c.dp)
+        out += 0.08 * math.log2(c.dp) + (0.1 * math.log2(c.ep * c.tp / per_node) if c.ep * c.tp > per_node else 0)
     return out
 
 
-def _best(m: Model, tp: int, pp: int, dp: int, gpu_gib: float, mb: int) -> Candidate:
-    """The least sharding and recomputation that fits; the last try when nothing does."""
-    tries = [(z, r) for r in ("selective", "full") for z in (0, 1, 2, 3) if dp > 1 or z == 0]
+def evaluate(m: Model, tp: int, pp: int, dp: int, gpu_gib: float, mb: int, ep: int = 1, cp: int = 1,
+             per_node: int = layout.GPUS_PER_NODE) -> Candidate:
+    """One layout with the least sharding and recomputation that fits; the last try when nothing does."""
+    tries = [(z, r) for r in ("selective", "full") for z in (0, 1, 2, 3) if dp * ep * cp > 1 or z == 0]
     for zero, rec in tries:
-        states, acts, total = memory(m, tp, pp, dp, zero, rec, mb)
+        states, acts, total = memory(m, tp, pp, dp, zero, rec, mb, ep, cp)
         if total <= USABLE * gpu_gib:
             break
-    c = Candidate(dp, tp, pp, zero, rec, mb, states, acts, total, total <= USABLE * gpu_gib,
-                  vpp=layout.vpp_for({"num_layers": m.layers}, pp) if pp > 1 else None)
-    c.why = _why(c, m, gpu_gib)
-    c.source = ["000 §1.3 priorities", "000 §2 memory math"]
+    vpp = layout.vpp_for({"num_layers": m.layers}, pp) if pp > 1 else None
+    c = Candidate(dp, tp, pp, zero, rec, mb, states, acts, total, total <= USABLE * gpu_gib, vpp=vpp, ep=ep, cp=cp,
+                  vpp_layers=m.layers // pp // vpp if vpp else 0)
+    c.why = _why(c, m, gpu_gib, per_node)
+    c.source = ["000 §1.3 priorities", "000 §2 memory math"] + (["000 §2.6 MoE layouts"] if m.experts else [])
     return c
 
 
-def _why(c: Candidate, m: Model, gpu_gib: float) -> list[str]:
+def _why(c: Candidate, m: Model, gpu_gib: float, per_node: int) -> list[str]:
     why = [f"{c.total:g} GiB of {gpu_gib:g} GiB per GPU ({'fits' if c.fits else 'does not fit'})"]
-    why.append({0: "no sharding", 1: "distributed optimizer / ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}[c.zero_stage]
-               + ("" if c.recompute == "selective" else ", full recompute"))
+    why.append({0: "no sharding", 1: "distributed optimizer / ZeRO-1", 2: "ZeRO-2 (DeepSpeed or FSDP; Megatron has no "
+                "ZeRO-2)", 3: "ZeRO-3 / FSDP" + ("" if c.pp == 1 else " (DeepSpeed: Megatron's FSDP2 does not take PP)")}
+               [c.zero_stage] + ("" if c.recompute == "selective" else ", full recompute"))
     if c.tp > 1:
         why.append(f"TP {c.tp} stays inside one node's NVLink")
+    if c.ep > 1:
+        inside = c.ep * c.tp <= per_node
+        n = m.experts // c.ep
+        why.append(f"EP {c.ep}: {n} expert{'s' if n > 1 else ''} on each EP rank; EP × TP = {c.ep * c.tp} "
+                   + ("inside one node, all-to-all over NVLink" if inside else
+                      "spans nodes: all-to-all crosses the network, use hierarchical all-to-all and overlap"))
+        why.append(f"Megatron data-parallel size {c.dp * c.ep * c.cp} (DP {c.dp} × EP {c.ep}"
+                   + (f" × CP {c.cp}" if c.cp > 1 else "") + ")")
+    if c.cp > 1:
+        why.append(f"CP {c.cp}: each GPU holds {m.seq_len // c.cp} tokens of the {m.seq_len}-token sequence")
     if c.pp > 1:
         why.append(f"PP {c.pp}: {m.layers // c.pp} layers per stage; keep ≥ {4 * c.pp} micro-batches per step "
                    f"(bubble {round(100 * bubble(c.pp))}% at 4×PP)"
@@ -158,8 +238,12 @@ def min_gpus(m: Model, gpu_gib: float) -> int:
     return math.ceil(m.params * 18 * 1.5 / (gpu_gib * GIB))
 
 
-def seed_rows(params: float) -> list[dict]:
-    top = next((r[0] for r in SEED_ROWS if params <= r[0] * 1.05), SEED_ROWS[-1][0])
+def seed_rows(params: float, moe: bool = False) -> list[dict]:
+    rows = MOE_SEED_ROWS if moe else SEED_ROWS
+    top = next((r[0] for r in rows if params <= r[0] * 1.05), rows[-1][0])
+    if moe:
+        return [{"gpus": g, "dp": d, "tp": t, "pp": p, "ep": e, "note": n, "source": "000 §2.6 MoE"}
+                for cap, g, d, t, p, e, n in MOE_SEED_ROWS if cap == top]
     return [{"gpus": g, "tp": t, "pp": p, "dp": d, "zero_stage": z, "note": n, "source": "000 §2.6"}
             for cap, g, t, p, d, z, n in SEED_ROWS if cap == top]
 

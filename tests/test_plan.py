@@ -115,3 +115,87 @@ def test_each_oom_rung_says_what_it_saves_for_this_job(run):
     done = run(OOM_ARGS.replace("  world_size", "  recompute_granularity ........................... full\n  world_size"))
     assert not {"mem_saved_full_recompute_gib", "mem_saved_more_sharding_gib"} & set(P.job_memory(done.job))
     assert all("GiB less per GPU" not in s.text for s in done.findings[0].steps)
+
+
+# MoE and context parallelism (issue 17)
+MIXTRAL = P.Model.of(47e9, 4096, experts=8, active=13e9)
+
+
+def test_moe_shape_comes_from_the_nearest_public_model_and_the_expert_split_from_active_parameters():
+    # total = shared + 8·e and active = shared + 2·e: e = 34/6 B, so 45.3B of the 47B sit in experts
+    assert (MIXTRAL.layers, MIXTRAL.hidden) == (32, 4096)
+    assert MIXTRAL.expert_params == pytest.approx(8 * 34e9 / 6)
+    ffn = MIXTRAL.expert_params / 8 / 32 / (3 * 4096)
+    assert 14000 < ffn < 14800   # Mixtral's expert FFN is 14336 wide
+    with pytest.raises(P.PlanError):
+        P.Model.of(47e9, 4096, experts=8, active=50e9)
+    with pytest.raises(P.PlanError):
+        P.Model.of(47e9, 4096, experts=8, active=13e9, top_k=8)
+
+
+def test_moe_memory_of_a_known_layout():
+    # the seed's DP 2 · TP 2 · PP 2 · EP 4 on 32 GPUs with the distributed optimizer: dense weights (1.67B) are split
+    # over TP·PP = 4 and sharded over DP·EP = 8 ranks (6 + 12/8 bytes), experts (45.3B) over EP·TP·PP = 16 and
+    # sharded over DP = 2 (6 + 12/2 bytes); activations per token and layer 15h + 2·1.25·(3h + 6F), / TP,
+    # 16 layers × 2 micro-batches in flight
+    dense, experts = 47e9 - MIXTRAL.expert_params, MIXTRAL.expert_params
+    states = (dense / 4 * 7.5 + experts / 16 * 12) / P.GIB
+    ffn = experts / 8 / 32 / (3 * 4096)
+    acts = (15 * 4096 + 2 * 1.25 * (3 * 4096 + 6 * ffn)) * 4096 / 2 * 32 / P.GIB
+    got = P.memory(MIXTRAL, 2, 2, 2, 1, "selective", 1, ep=4)
+    assert got == (round(states, 1), round(acts, 1), round(states + acts + P.RESERVE_GIB, 1)) == (34.6, 18.8, 56.4)
+
+
+def test_every_moe_candidate_is_a_valid_layout_and_ep_beyond_the_node_costs():
+    cands = P.candidates(MIXTRAL, 32, 80)
+    assert {c.ep for c in cands} == {1, 2, 4, 8}
+    for c in cands:
+        assert c.dp * c.tp * c.pp * c.ep * c.cp == 32 and 8 % c.ep == 0 and c.tp <= 8 and c.cp == 1
+    best = cands[0]
+    assert best.fits and best.ep * best.tp <= 8
+    inside = P.evaluate(MIXTRAL, 1, 4, 1, 80, 1, ep=8)
+    across = P.evaluate(MIXTRAL, 2, 2, 1, 80, 1, ep=8)   # EP × TP = 16 leaves the node
+    assert P.cost(across, "efa") > P.cost(inside, "efa")
+    assert "spans nodes" in " ".join(across.why) and "--expert-model-parallel-size 8" in across.megatron_args()
+
+
+def test_moe_seed_rows_by_size():
+    rows = P.seed_rows(47e9, moe=True)
+    assert [(r["gpus"], r["dp"], r["tp"], r["pp"], r["ep"]) for r in rows] == [(32, 2, 2, 2, 4), (64, 2, 2, 2, 8)]
+    assert [r["ep"] for r in P.seed_rows(671e9, moe=True)] == [8, 8]
+
+
+def test_context_parallelism_only_for_long_sequences_and_it_splits_activations():
+    assert {c.cp for c in P.candidates(M70, 64, 80)} == {1}
+    long = P.Model.of(8e9, 131072)
+    cands = P.candidates(long, 64, 80)
+    assert {c.cp for c in cands} == {1, 2, 4, 8} and cands[0].cp > 1
+    one, two = P.memory(long, 8, 1, 8, 1, "selective", 1), P.memory(long, 8, 1, 4, 1, "selective", 1, cp=2)
+    assert two[1] == pytest.approx(one[1] / 2, abs=0.1)
+    assert "--context-parallel-size" in cands[0].megatron_args()
+
+
+def test_cli_moe_json_text_and_bad_input():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "bot.cli", "plan", *a], cwd=ROOT,   # noqa: E731
+                                    capture_output=True, text=True)
+    moe = ("--params", "47B", "--experts", "8", "--active-params", "13B", "--gpus", "32", "--gpu", "h100-80gb")
+    doc = json.loads(run(*moe, "--json").stdout)
+    assert doc["model"]["dense"] is False and doc["model"]["experts"] == 8 and doc["model"]["active_params"] == 13e9
+    assert all(c["dp"] * c["tp"] * c["pp"] * c["ep"] * c["cp"] == 32 for c in doc["candidates"])
+    seed = next(r for r in doc["seed_rows"] if r["gpus"] == 32)
+    assert seed["fits"] and seed["memory_gib"] == 56.4
+    text = run(*moe).stdout
+    assert "47B MoE model (8 experts, top-2, 13B active" in text and "Megatron: --tensor-model-parallel-size" in text
+    bad = run("--params", "47B", "--experts", "8", "--gpus", "32")
+    assert bad.returncode == 2 and "--active-params" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_slack_plan_words_take_moe_flags_and_bad_numbers_get_one_line():
+    from bot.plan_cli import plan_text
+    text = plan_text("47B 32 h100-80gb --experts 8 --active-params 13B --top 1")
+    assert "EP 4" in text and "here 56.4 GiB per GPU" in text
+    for words, said in (("47B 32 --experts 8", "--active-params"), ("47B 32 --experts x", "--experts must be a whole"),
+                        ("671B 1024 --experts 256 --active-params 37B --top-k 256", "--top-k below --experts")):
+        with pytest.raises(ValueError, match=said):
+            plan_text(words)
+    assert "no divisor" in plan_text("671B 1024 h100-80gb --experts 256 --active-params 37B --top-k 8 --top 1")
