@@ -10,8 +10,8 @@ from core import plan as P
 
 def add_parser(sub) -> None:
     p = sub.add_parser("plan", help="parallel layouts and memory per GPU for a dense or MoE model, before launch")
-    p.add_argument("--params", required=True, help="model size: 7B, 70B, 1.3B, 800M")
-    p.add_argument("--gpus", required=True, type=int, help="GPUs in the job")
+    p.add_argument("--params", help="model size: 7B, 70B, 1.3B, 800M")
+    p.add_argument("--gpus", type=int, help="GPUs in the job")
     p.add_argument("--gpu", choices=sorted(P.GPU_GIB), help="GPU type (default: the smallest P instance that fits)")
     p.add_argument("--seq-len", type=int, default=4096)
     p.add_argument("--layers", type=int, help="override the layer count of the size's usual shape")
@@ -20,10 +20,13 @@ def add_parser(sub) -> None:
     p.add_argument("--experts", type=int, default=0, help="MoE: routed experts per layer (with --active-params)")
     p.add_argument("--active-params", help="MoE: parameters one token uses, e.g. 13B")
     p.add_argument("--top-k", type=int, default=2, help="MoE: experts per token (default 2)")
+    p.add_argument("--vocab", type=int, help="vocabulary size (default: the shape's; counts the logits at PP 1)")
     p.add_argument("--micro-batch", type=int, default=1)
     p.add_argument("--network", choices=("efa", "ib", "slow"), default="efa")
     p.add_argument("--top", type=int, default=5, help="candidates to show (default 5)")
     p.add_argument("--json", action="store_true", help="one triage.plan/v1 JSON object")
+    p.add_argument("--accuracy", action="store_true",
+                   help="the memory model against real Megatron runs (their printed memory lines), as a table")
     p.set_defaults(func=cmd_plan)
 
 
@@ -51,7 +54,7 @@ def plan_text(words: str) -> str:
         opts.setdefault(key, value)
     try:
         whole = {k: _whole(k, opts.get(k)) for k in ("gpus", "seq_len", "micro_batch", "top", "layers", "hidden",
-                                                      "heads", "experts", "top_k")}
+                                                      "heads", "experts", "top_k", "vocab")}
         args = SimpleNamespace(**whole, params=opts["params"], gpu=opts.get("gpu"), network=opts["network"],
                                active_params=opts.get("active_params"))
         if args.gpu is not None and args.gpu not in P.GPU_GIB:
@@ -78,12 +81,19 @@ def _plan(args) -> tuple[P.Model, str, str | None, list[P.Candidate]]:
         raise P.PlanError("an MoE model needs --active-params with --experts (e.g. --experts 8 --active-params 13B)")
     active = P.parse_count(args.active_params) if args.experts else None
     model = P.Model.of(P.parse_count(args.params), args.seq_len, args.layers, args.hidden, args.heads,
-                       experts=args.experts, active=active, top_k=args.top_k)
+                       experts=args.experts, active=active, top_k=args.top_k, vocab=args.vocab)
     instance, gpu = (None, args.gpu) if args.gpu else P.choose_instance(model, args.gpus, args.network, args.micro_batch)
     return model, gpu, instance, P.candidates(model, args.gpus, P.GPU_GIB[gpu], args.network, args.micro_batch)
 
 
 def cmd_plan(args, settings) -> int:
+    if args.accuracy:
+        from knowledge.plan_accuracy import rows, table
+        print(json.dumps(rows(), ensure_ascii=False) if args.json else table())
+        return 0
+    if not args.params or not args.gpus:
+        print("triage: plan needs --params and --gpus (e.g. triage plan --params 70B --gpus 64)", file=sys.stderr)
+        return 2
     try:
         model, gpu, instance, cands = _plan(args)
     except P.PlanError as e:

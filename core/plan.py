@@ -13,7 +13,10 @@ GPU = model states + activations of the first pipeline stage (which holds PP mic
 - activations per layer and micro-batch with sequence parallelism, divided by TP × CP: 34·s·b·h bytes with
   selective recompute (Korthikanti et al.), 2·s·b·h with full recompute. An MoE layer keeps the attention part
   (15·s·b·h) and, for each of the top-k experts a token visits, the SwiGLU MLP's (3h + 6F)·s·b with F the expert's
-  FFN size (from its parameter count), times the seed's capacity factor 1.25 for uneven routing."""
+  FFN size (from its parameter count), times the seed's capacity factor 1.25 for uneven routing; recomputing the
+  MoE layers (Megatron's `--recompute-modules moe`) keeps only their input, 2·s·b·h;
+- when the first stage is also the last (PP 1), the output logits at the loss: 10 bytes per vocabulary entry and
+  token (bf16 logits, their fp32 copy and its gradient), divided by TP × CP (the vocabulary-parallel loss)."""
 from __future__ import annotations
 
 import math
@@ -30,13 +33,15 @@ GPU_GIB = {"a100-40gb": 40, "a100-80gb": 80, "h100-80gb": 80, "h200": 141, "h200
            "b200-180gb": 179, "b300": 269}
 INSTANCES = (("p4d.24xlarge", "a100-40gb"), ("p4de.24xlarge", "a100-80gb"), ("p5.48xlarge", "h100-80gb"),
              ("p5en.48xlarge", "h200"), ("p6-b200.48xlarge", "b200"), ("p6-b300.48xlarge", "b300"))
-# Llama-style shapes by size: (parameters, layers, hidden, heads)
-SHAPES = ((1.3e9, 24, 2048, 16), (2.7e9, 32, 2560, 32), (7e9, 32, 4096, 32), (13e9, 40, 5120, 40),
-          (34e9, 48, 8192, 64), (70e9, 80, 8192, 64), (175e9, 96, 12288, 96), (405e9, 126, 16384, 128))
-# public MoE shapes by total size: (parameters, layers, hidden, heads) — Qwen3-30B-A3B, Mixtral 8x7B, gpt-oss-120b,
-# Mixtral 8x22B, Qwen3-235B-A22B, DeepSeek-V3
-MOE_SHAPES = ((30.5e9, 48, 2048, 32), (46.7e9, 32, 4096, 32), (117e9, 36, 2880, 64), (141e9, 56, 6144, 48),
-              (235e9, 94, 4096, 64), (671e9, 61, 7168, 128))
+# Llama-style shapes by size: (parameters, layers, hidden, heads, vocabulary)
+SHAPES = ((1.3e9, 24, 2048, 16, 50304), (2.7e9, 32, 2560, 32, 50304), (7e9, 32, 4096, 32, 32000),
+          (13e9, 40, 5120, 40, 32000), (34e9, 48, 8192, 64, 32000), (70e9, 80, 8192, 64, 32000),
+          (175e9, 96, 12288, 96, 51200), (405e9, 126, 16384, 128, 128256))
+# public MoE shapes by total size, the same fields — Qwen3-30B-A3B, Mixtral 8x7B, gpt-oss-120b, Mixtral 8x22B,
+# Qwen3-235B-A22B, DeepSeek-V3
+MOE_SHAPES = ((30.5e9, 48, 2048, 32, 151936), (46.7e9, 32, 4096, 32, 32000), (117e9, 36, 2880, 64, 201088),
+              (141e9, 56, 6144, 48, 32768), (235e9, 94, 4096, 64, 151936), (671e9, 61, 7168, 128, 129280))
+LOGIT_BYTES = 10    # per vocabulary entry and token at the loss: bf16 logits, an fp32 copy and its gradient
 CAPACITY = 1.25     # the seed's capacity factor (000 §2.1): headroom for tokens routed unevenly
 LONG_SEQ = 16384    # context parallelism is considered from this sequence length on
 # the seed's starting points (000 §2.6): (max params, GPUs, tp, pp, dp, zero, note)
@@ -78,16 +83,18 @@ class Model:
     experts: int = 0            # routed experts per MoE layer; 0 for a dense model
     top_k: int = 2              # experts each token visits (the seed: top-1/2)
     active: float | None = None   # parameters one token uses (MoE)
+    vocab: int = 0              # 0: logits not counted (the OOM path, when the log does not show the vocabulary)
 
     @classmethod
     def of(cls, params: float, seq_len: int, layers=None, hidden=None, heads=None, experts: int = 0,
-           active: float | None = None, top_k: int = 2) -> "Model":
+           active: float | None = None, top_k: int = 2, vocab: int | None = None) -> "Model":
         if experts:
             if experts < 2 or not active or not 0 < active < params or not 0 < top_k < experts:
                 raise PlanError("an MoE model needs --experts ≥ 2, --active-params below --params and "
                                 "--top-k below --experts")
-        _, l0, h0, a0 = min(MOE_SHAPES if experts else SHAPES, key=lambda s: abs(math.log(s[0] / params)))
-        return cls(params, layers or l0, hidden or h0, heads or a0, seq_len, experts, top_k, active)
+        _, l0, h0, a0, v0 = min(MOE_SHAPES if experts else SHAPES, key=lambda s: abs(math.log(s[0] / params)))
+        return cls(params, layers or l0, hidden or h0, heads or a0, seq_len, experts, top_k, active,
+                   v0 if vocab is None else vocab)
 
     @property
     def expert_params(self) -> float:
@@ -134,9 +141,10 @@ class Candidate:
         out += f" --context-parallel-size {self.cp}" if self.cp > 1 else ""
         out += f" --num-layers-per-virtual-pipeline-stage {self.vpp_layers}" if self.vpp else ""
         out += " --sequence-parallel" if self.tp > 1 else ""
+        rec = {"moe": "selective --recompute-modules core_attn moe"}.get(self.recompute, self.recompute)
         # Megatron's distributed optimizer is the ZeRO-1 figure; ZeRO-3 is its FSDP2 (not with PP); ZeRO-2 has none
         out += {1: " --use-distributed-optimizer", 3: " --use-torch-fsdp2" if self.pp == 1 else ""}.get(self.zero_stage, "")
-        return out + f" --recompute-granularity {self.recompute} --micro-batch-size {self.micro_batch}"
+        return out + f" --recompute-granularity {rec} --micro-batch-size {self.micro_batch}"
 
 
 def states_bytes_per_param(zero: int, dp: int) -> float:
@@ -150,9 +158,11 @@ def memory(m: Model, tp: int, pp: int, dp: int, zero: int, recompute: str, mb: i
               + experts / (ep * tp * pp) * states_bytes_per_param(zero, dp * cp))
     if zero == 3:   # one layer's bf16 weights gathered at a time: its dense part and this EP rank's experts
         states += 2 * (dense / (tp * m.layers) + experts / (ep * tp * m.layers))
-    per_token = 15 * m.hidden + m.mlp_bytes_per_token() if recompute == "selective" else 2 * m.hidden
+    per_token = {"selective": 15 * m.hidden + m.mlp_bytes_per_token(), "moe": 17 * m.hidden}.get(recompute, 2 * m.hidden)
     per_layer = per_token * m.seq_len * mb / (tp * cp)
     acts = per_layer * (m.layers / pp) * pp   # the first stage keeps PP micro-batches in flight
+    if pp == 1:   # the first stage is also the last: the logits at the loss
+        acts += LOGIT_BYTES * m.vocab * m.seq_len * mb / (tp * cp)
     s, a = states / GIB, acts / GIB
     return round(s, 1), round(a, 1), round(s + a + RESERVE_GIB, 1)
 
@@ -185,7 +195,7 @@ def cost(c: Candidate, network: str, per_node: int = layout.GPUS_PER_NODE) -> fl
     recompute; expert all-to-all that leaves the node (EP × TP beyond the NVLink domain, the seed: keep EP inside
     it); on a slow network, data-parallel all-reduce across nodes weighs in too (the seeds: PP first there)."""
     out = bubble(c.pp) / (c.vpp or 1) + 0.05 * math.log2(c.tp) + {0: 0, 1: 0, 2: 0.05, 3: 0.15}[c.zero_stage]
-    out += 0.2 if c.recompute == "full" else 0.0
+    out += {"full": 0.2, "moe": 0.1}.get(c.recompute, 0.0)
     out += 0.04 * math.log2(c.cp) + (0.03 if c.ep not in (1, 4, 8) else 0.0)   # the seed: try EP 4 or 8
     out += 0.1 * math.log2(c.ep * c.tp / per_node) if c.ep * c.tp > per_node else 0.0
     if network == "slow":
@@ -196,7 +206,8 @@ def cost(c: Candidate, network: str, per_node: int = layout.GPUS_PER_NODE) -> fl
 def evaluate(m: Model, tp: int, pp: int, dp: int, gpu_gib: float, mb: int, ep: int = 1, cp: int = 1,
              per_node: int = layout.GPUS_PER_NODE) -> Candidate:
     """One layout with the least sharding and recomputation that fits; the last try when nothing does."""
-    tries = [(z, r) for r in ("selective", "full") for z in (0, 1, 2, 3) if dp * ep * cp > 1 or z == 0]
+    ladder = ("selective", "moe", "full") if m.experts else ("selective", "full")
+    tries = [(z, r) for r in ladder for z in (0, 1, 2, 3) if dp * ep * cp > 1 or z == 0]
     for zero, rec in tries:
         states, acts, total = memory(m, tp, pp, dp, zero, rec, mb, ep, cp)
         if total <= USABLE * gpu_gib:
@@ -213,7 +224,7 @@ def _why(c: Candidate, m: Model, gpu_gib: float, per_node: int) -> list[str]:
     why = [f"{c.total:g} GiB of {gpu_gib:g} GiB per GPU ({'fits' if c.fits else 'does not fit'})"]
     why.append({0: "no sharding", 1: "distributed optimizer / ZeRO-1", 2: "ZeRO-2 (DeepSpeed or FSDP; Megatron has no "
                 "ZeRO-2)", 3: "ZeRO-3 / FSDP" + ("" if c.pp == 1 else " (DeepSpeed: Megatron's FSDP2 does not take PP)")}
-               [c.zero_stage] + ("" if c.recompute == "selective" else ", full recompute"))
+               [c.zero_stage] + {"full": ", full recompute", "moe": ", MoE layers recomputed"}.get(c.recompute, ""))
     if c.tp > 1:
         why.append(f"TP {c.tp} stays inside one node's NVLink")
     if c.ep > 1:
