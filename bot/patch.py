@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bot.patch_target import kind_of, reader_of, skip_reason, translate
 from core.models import Change, Diagnosis
 
 
@@ -22,26 +23,6 @@ class Patch:
     applied: list[str] = field(default_factory=list)
     not_applied: list[str] = field(default_factory=list)
     step: str | None = None
-
-
-def _kind(name: str, text: str) -> str:
-    suffix = Path(name).suffix.lower()
-    if suffix == ".json" or text.lstrip().startswith("{"):
-        return "json"
-    if suffix in (".yaml", ".yml"):
-        return "yaml"
-    return "script"
-
-
-def _fits(c: Change, kind: str, text: str) -> bool:
-    if c.kind == "command" or c.to is None and c.kind != "env":
-        return False
-    if kind == "script":
-        return c.kind in ("flag", "env")
-    if c.kind == "config":
-        return True
-    # an HF TrainingArguments file holds the Trainer's flags as keys
-    return c.kind == "flag" and c.name.startswith("--") and "_" in c.name and re.search(r"per_device_\w+", text) is not None
 
 
 def _literal(v: Any) -> str:
@@ -118,20 +99,26 @@ def _script(text: str, c: Change) -> str:
 
 
 def patch(d: Diagnosis, name: str, text: str) -> Patch:
-    kind, out = _kind(name, text), Patch()
-    steps = [s for f in d.findings[:1] for s in f.steps]
-    chosen = next((s for s in steps if any(_fits(c, kind, text) for c in s.changes)), None)
+    kind, out = kind_of(name, text), Patch()
+    reader = reader_of(kind, text)
+    steps = [(s, [translate(c, reader) for c in s.changes]) for f in d.findings[:1] for s in f.steps]
+    chosen = next((i for i, (_, cs) in enumerate(steps)
+                   if any(skip_reason(c, kind, reader, text) is None for c in cs)), None)
     new = text
-    for s in steps:
-        for c in s.changes:
-            if s is chosen and _fits(c, kind, text):
-                after = {"json": _json, "yaml": _yaml, "script": _script}[kind](new, c)
-                (out.applied if after != new else out.not_applied).append(
-                    f"{c.name} = {_literal(c.to)}" + ("" if after != new else " (already so)"))
-                new = after
-            elif c.kind != "command":
-                out.not_applied.append(f"{s.id}: {c.kind} {c.name}" + ("" if c.to is None else f" = {_literal(c.to)}"))
-    out.step = chosen.id if chosen else None
+    for i, (s, changes) in enumerate(steps):
+        for c in changes:
+            if c.kind == "command":
+                continue
+            said = f"{s.id}: {c.kind} {c.name}" + ("" if c.to is None else f" = {_literal(c.to)}")
+            why = skip_reason(c, kind, reader, new)
+            if i != chosen or why:   # why a step up to the chosen one was passed over; later ones are next rungs
+                out.not_applied.append(said + (f" ({why})" if why and (chosen is None or i <= chosen) else ""))
+                continue
+            after = {"json": _json, "yaml": _yaml, "script": _script}[kind](new, c)
+            (out.applied if after != new else out.not_applied).append(
+                f"{c.name} = {_literal(c.to)}" + ("" if after != new else " (already so)"))
+            new = after
+    out.step = steps[chosen][0].id if chosen is not None else None
     out.diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
                                             f"a/{name}", f"b/{name}"))
     return out

@@ -87,3 +87,113 @@ def test_cli_prints_the_diff_and_refuses_a_broken_config(tmp_path):
     bad.write_text("{not json")
     err = subprocess.run(cmd[:5] + [str(bad), str(log)], cwd=ROOT, capture_output=True, text=True)
     assert err.returncode == 2 and err.stderr.count("\n") == 1 and "Traceback" not in err.stderr
+
+
+# Round trips over config files shaped like the public ones users attach (HF-docs ZeRO-3 JSON with "auto" values,
+# an `accelerate config` YAML, a LLaMA-Factory YAML pointing at a DeepSpeed JSON, an HF run_clm torchrun script,
+# a Megatron sbatch script with EFA exports), against every OOM, NaN, spike, fallback and timeout fixture.
+import glob  # noqa: E402
+import re  # noqa: E402
+
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+
+LOGS = sorted(p for sym in ("cuda_oom", "loss_spike", "loss_nan", "tcp_fallback", "nccl_timeout")
+              for p in glob.glob(str(FIXTURES / sym / "*.log")))
+
+
+def _parses(name: str, text: str) -> None:
+    if name.endswith(".json"):
+        json.loads(text)
+    elif name.endswith((".yaml", ".yml")):
+        yaml.safe_load(text)
+    else:
+        out = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in CONF.iterdir()))
+def test_every_patch_round_trips(run, config):
+    """The patched file still parses, patching it again changes nothing, and nothing from another tool's
+    vocabulary goes in: no Megatron flag into an HF script, no DeepSpeed key into an accelerate or Trainer YAML
+    outside what that tool reads, no prose as a key, no env var or docker option into a config."""
+    from pathlib import Path
+    text = (CONF / config).read_text()
+    hf_script = "run_clm" in config
+    for log in LOGS:
+        d = run(Path(log).read_text(errors="replace"))
+        p = patch(d, config, text)
+        if not p.diff:
+            continue
+        patched = _apply(text, p.diff)
+        _parses(config, patched)
+        assert patch(d, config, patched).diff == "", (log, config)
+        added = [x[1:] for x in _minus_plus(p.diff) if x.startswith("+")]
+        for line in added:
+            if config.endswith(".sh"):
+                flags = re.findall(r"(?<!\S)--[\w-]+", line)
+                assert all(("_" in f) == hf_script for f in flags if f != "--deepspeed"), (log, line)
+            else:
+                assert "export " not in line and "--" not in line and " " not in line.split(":")[0].strip(), (log, line)
+        if config.startswith("accelerate"):
+            assert all(a.startswith("deepspeed_config.") for a in p.applied), (log, p.applied)
+
+
+def _apply(text: str, diff: str) -> str:
+    """Apply a unified diff produced by patch() to the original text (difflib hunks, in order)."""
+    src, out, i = text.splitlines(keepends=True), [], 0
+    for line in diff.splitlines(keepends=True)[2:]:
+        m = re.match(r"@@ -(\d+)(?:,(\d+))?", line)
+        if m:
+            start = int(m.group(1)) - (0 if m.group(2) == "0" else 1)
+            out.extend(src[i:start])
+            i = start
+        elif line.startswith(" "):
+            out.append(src[i])
+            i += 1
+        elif line.startswith("-"):
+            i += 1
+        elif line.startswith("+"):
+            out.append(line[1:])
+    return "".join(out + src[i:])
+
+
+def test_an_auto_value_is_left_to_the_hf_trainer(run):
+    p = patch(run(DS_OOM.replace("zero_optimization_stage ...... 1", "train_micro_batch_size_per_gpu  8")),
+              "ds_config_zero3_auto.json", (CONF / "ds_config_zero3_auto.json").read_text())
+    assert '"train_micro_batch_size_per_gpu": "auto"' not in "".join(_minus_plus(p.diff))
+    assert any('"auto" here: the HF Trainer fills it from --per_device_train_batch_size' in x for x in p.not_applied)
+
+
+def test_accelerate_yaml_gets_its_own_deepspeed_keys(run):
+    text = (CONF / "accelerate_deepspeed_zero2.yaml").read_text()
+    p = patch(run(OOM), "accelerate_deepspeed_zero2.yaml", text)
+    assert p.step == "cuda_oom.zero3_offload"
+    assert sorted(_minus_plus(p.diff)) == ["+  offload_optimizer_device: cpu", "+  zero_stage: 3",
+                                           "-  offload_optimizer_device: none", "-  zero_stage: 2"]
+
+
+def test_a_megatron_flag_is_renamed_for_an_hf_script_and_a_docker_option_needs_docker_run(run):
+    from core.models import Change
+    from bot.patch_target import reader_of, skip_reason, translate
+    script = (CONF / "run_clm_torchrun.sh").read_text()
+    assert reader_of("script", script) == "hf_trainer"
+    assert translate(Change(kind="flag", name="--clip-grad", to=0.5), "hf_trainer").name == "--max_grad_norm"
+    assert "a Megatron flag" in skip_reason(Change(kind="flag", name="--recompute-granularity", to="full"),
+                                            "script", "hf_trainer", script)
+    ulimit = Change(kind="flag", name="--ulimit", to="memlock=-1")
+    assert "no docker run here" in skip_reason(ulimit, "script", "hf_trainer", script)
+    assert skip_reason(ulimit, "script", None, "docker run --gpus all --shm-size 1g img python t.py\n") is None
+
+
+def test_a_file_that_disagrees_with_the_log_is_not_edited_and_zero_is_never_lowered(run):
+    from core.models import Change
+    from bot.patch_target import skip_reason
+    sbatch = (CONF / "sbatch_megatron_efa.sh").read_text()   # --micro-batch-size 2
+    why = skip_reason(Change(kind="flag", name="--micro-batch-size", to=4, from_=8), "script", "megatron", sbatch)
+    assert why.startswith("this file has 2, the log showed 8")
+    zero3 = (CONF / "ds_config_zero3_auto.json").read_text()
+    assert "already shards at stage 3" in skip_reason(Change(kind="config", name="zero_optimization.stage", to=2),
+                                                      "json", "deepspeed", zero3)
+    prose = Change(kind="config", name="the model config's norm epsilon", to=1e-5)
+    assert skip_reason(prose, "json", "deepspeed", zero3) == "not a key in this file"
