@@ -58,7 +58,8 @@ DERIVED_KEYS = ("model_state_gib_fp32_adam", "model_state_gib_mixed_adam", "min_
                 "next_virtual_pipeline_model_parallel_size", "min_micro_batches",   # core/layout.py
                 "mem_states_gib", "mem_activations_gib", "mem_total_gib", "mem_saved_half_micro_gib",
                 "mem_saved_next_tp_gib", "mem_saved_full_recompute_gib",
-                "mem_saved_more_sharding_gib")   # core/plan.py, the job's own config
+                "mem_saved_more_sharding_gib", "mem_saved_next_pp_gib",
+                "mem_saved_zero3_offload_gib")   # core/plan.py, the job's own config
 KEYS: frozenset[str] = frozenset(
     {ALIASES.get(k, k) for k in SETTINGS} | set(CONTEXT_KEYS) | set(DERIVED_KEYS))
 

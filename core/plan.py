@@ -282,20 +282,26 @@ def job_memory(job: dict) -> dict:
     zero = num("zero_stage") or (1 if job.get("use_distributed_optimizer") is True else 0)
     recompute = "full" if job.get("recompute_granularity") == "full" else "selective"
     m = Model(params, int(layers), int(hidden), 1, int(num("seq_length", 4096)))
-    states, acts, total = memory(m, int(tp), int(pp), int(dp), min(int(zero), 3), recompute, int(mb))
+    base = {"tp": int(tp), "pp": int(pp), "dp": int(dp), "zero": min(int(zero), 3), "recompute": recompute, "mb": int(mb)}
+
+    def mem(**kw) -> tuple[float, float, float]:
+        a = {**base, **kw}
+        return memory(m, a["tp"], a["pp"], a["dp"], a["zero"], a["recompute"], a["mb"])
+    states, acts, total = mem()
     out = {"mem_states_gib": states, "mem_activations_gib": acts, "mem_total_gib": total}
     if mb > 1:
-        out["mem_saved_half_micro_gib"] = round(acts - memory(m, int(tp), int(pp), int(dp), min(int(zero), 3),
-                                                              recompute, max(1, int(mb) // 2))[1], 1)
+        out["mem_saved_half_micro_gib"] = round(acts - mem(mb=max(1, int(mb) // 2))[1], 1)
     nxt = layout.next_tp(job)
     if nxt:
-        out["mem_saved_next_tp_gib"] = round(total - memory(m, nxt, int(pp), max(1, int(dp) * int(tp) // nxt),
-                                                            min(int(zero), 3), recompute, int(mb))[2], 1)
+        out["mem_saved_next_tp_gib"] = round(total - mem(tp=nxt, dp=max(1, int(dp) * int(tp) // nxt))[2], 1)
+    nxt_pp = layout.next_pp(job)
+    if nxt_pp:   # more stages shrink the states; the first stage keeps PP micro-batches of layers/PP in flight
+        out["mem_saved_next_pp_gib"] = round(total - mem(pp=nxt_pp, dp=max(1, int(dp) * int(pp) // nxt_pp))[2], 1)
     if job.get("recompute_granularity") == "selective":   # the log shows it: the next rung is full recomputation
-        out["mem_saved_full_recompute_gib"] = round(acts - memory(m, int(tp), int(pp), int(dp), min(int(zero), 3),
-                                                                  "full", int(mb))[1], 1)
+        out["mem_saved_full_recompute_gib"] = round(acts - mem(recompute="full")[1], 1)
     if dp > 1 and (zero == 0 or num("zero_stage") == 1):   # one sharding step further: ZeRO-1 / dist. optimizer, ZeRO-2
-        out["mem_saved_more_sharding_gib"] = round(states - memory(m, int(tp), int(pp), int(dp), int(zero) + 1,
-                                                                   recompute, int(mb))[0], 1)
+        out["mem_saved_more_sharding_gib"] = round(states - mem(zero=int(zero) + 1)[0], 1)
+    if num("zero_stage") is not None and int(zero) < 3:   # DeepSpeed's last rung: ZeRO-3, optimizer state on the CPU
+        on_gpu = params / (tp * pp) * 4 / dp + 2 * params / (tp * layers)   # bf16 weights and grads, one layer gathered
+        out["mem_saved_zero3_offload_gib"] = round(states - on_gpu / GIB, 1)
     return out
-

@@ -227,3 +227,27 @@ def test_published_error_against_real_megatron_runs():
         assert abs(r["states_error"]) < 0.03, r
         assert -0.2 < r["error"] < 0.05, r
     assert plan_accuracy.table() in (ROOT / "README.md").read_text()
+
+
+def test_pipeline_and_zero3_rungs_say_what_they_save_for_this_job(run):
+    """Issue 17: when TP is already 8, the pipeline rung states its saving (model states only: the first stage
+    keeps the same activations under 1F1B); a DeepSpeed job's last rung states what ZeRO-3 + offload takes off."""
+    log = OOM_ARGS.replace("tensor_model_parallel_size ...................... 4",
+                           "tensor_model_parallel_size ...................... 8")
+    d = run(log)
+    mem = P.job_memory(d.job)
+    step = next(s for s in d.findings[0].steps if s.id == "cuda_oom.pipeline_parallel")
+    assert f"saves about {mem['mem_saved_next_pp_gib']} GiB per GPU, all of it model states" in step.text
+    before = P.memory(P.Model(12 * 80 * 8192 ** 2, 80, 8192, 1, 4096), 8, 4, 2, 1, "selective", 4)
+    after = P.memory(P.Model(12 * 80 * 8192 ** 2, 80, 8192, 1, 4096), 8, 8, 1, 1, "selective", 4)
+    assert before[1] == after[1] and mem["mem_saved_next_pp_gib"] == round(before[2] - after[2], 1) > 0
+    ds = ("[2024-05-03 10:12:01,332] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.14.2\n"
+          "[2024-05-03 10:12:01,332] [INFO] [config.py:1000:print]   zero_optimization_stage ...... 1\n"
+          "  num_layers ...................................... 32\n  hidden_size ..................................... 4096\n"
+          "  world_size ...................................... 16\n"
+          + OOM_ARGS[OOM_ARGS.index("torch."):])
+    d = run(ds)
+    mem = P.job_memory(d.job)
+    last = next(s for s in d.findings[0].steps if s.id == "cuda_oom.zero3_offload")
+    assert mem["mem_saved_zero3_offload_gib"] > 20
+    assert f"about {mem['mem_saved_zero3_offload_gib']} GiB of model states off each GPU" in last.text
