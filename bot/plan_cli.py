@@ -21,6 +21,8 @@ def add_parser(sub) -> None:
     p.add_argument("--active-params", help="MoE: parameters one token uses, e.g. 13B")
     p.add_argument("--top-k", type=int, default=2, help="MoE: experts per token (default 2)")
     p.add_argument("--vocab", type=int, help="vocabulary size (default: the shape's; counts the logits at PP 1)")
+    p.add_argument("--no-sequence-parallel", dest="sp", action="store_false",
+                   help="plan without Megatron's --sequence-parallel (activations then stay partly whole per TP rank)")
     p.add_argument("--micro-batch", type=int, default=1)
     p.add_argument("--network", choices=("efa", "ib", "slow"), default="efa")
     p.add_argument("--top", type=int, default=5, help="candidates to show (default 5)")
@@ -44,7 +46,9 @@ def plan_text(words: str) -> str:
     bare: list[str] = []
     while tokens:
         t = tokens.pop(0)
-        if t.startswith("--") and tokens:
+        if t == "--no-sequence-parallel":
+            opts["sp"] = False
+        elif t.startswith("--") and tokens:
             opts[t[2:].replace("-", "_")] = tokens.pop(0)
         elif t in ("efa", "ib", "slow"):
             opts["network"] = t
@@ -56,7 +60,7 @@ def plan_text(words: str) -> str:
         whole = {k: _whole(k, opts.get(k)) for k in ("gpus", "seq_len", "micro_batch", "top", "layers", "hidden",
                                                       "heads", "experts", "top_k", "vocab")}
         args = SimpleNamespace(**whole, params=opts["params"], gpu=opts.get("gpu"), network=opts["network"],
-                               active_params=opts.get("active_params"))
+                               active_params=opts.get("active_params"), sp=opts.get("sp", True))
         if args.gpu is not None and args.gpu not in P.GPU_GIB:
             raise P.PlanError(f"unknown GPU '{args.gpu}' (one of {', '.join(sorted(P.GPU_GIB))})")
         model, gpu, instance, cands = _plan(args)
@@ -81,7 +85,8 @@ def _plan(args) -> tuple[P.Model, str, str | None, list[P.Candidate]]:
         raise P.PlanError("an MoE model needs --active-params with --experts (e.g. --experts 8 --active-params 13B)")
     active = P.parse_count(args.active_params) if args.experts else None
     model = P.Model.of(P.parse_count(args.params), args.seq_len, args.layers, args.hidden, args.heads,
-                       experts=args.experts, active=active, top_k=args.top_k, vocab=args.vocab)
+                       experts=args.experts, active=active, top_k=args.top_k, vocab=args.vocab,
+                       sp=getattr(args, "sp", True))
     instance, gpu = (None, args.gpu) if args.gpu else P.choose_instance(model, args.gpus, args.network, args.micro_batch)
     return model, gpu, instance, P.candidates(model, args.gpus, P.GPU_GIB[gpu], args.network, args.micro_batch)
 

@@ -84,17 +84,18 @@ class Model:
     top_k: int = 2              # experts each token visits (the seed: top-1/2)
     active: float | None = None   # parameters one token uses (MoE)
     vocab: int = 0              # 0: logits not counted (the OOM path, when the log does not show the vocabulary)
+    sp: bool = True             # sequence parallelism with TP (Megatron's --sequence-parallel)
 
     @classmethod
     def of(cls, params: float, seq_len: int, layers=None, hidden=None, heads=None, experts: int = 0,
-           active: float | None = None, top_k: int = 2, vocab: int | None = None) -> "Model":
+           active: float | None = None, top_k: int = 2, vocab: int | None = None, sp: bool = True) -> "Model":
         if experts:
             if experts < 2 or not active or not 0 < active < params or not 0 < top_k < experts:
                 raise PlanError("an MoE model needs --experts ≥ 2, --active-params below --params and "
                                 "--top-k below --experts")
         _, l0, h0, a0, v0 = min(MOE_SHAPES if experts else SHAPES, key=lambda s: abs(math.log(s[0] / params)))
         return cls(params, layers or l0, hidden or h0, heads or a0, seq_len, experts, top_k, active,
-                   v0 if vocab is None else vocab)
+                   v0 if vocab is None else vocab, sp)
 
     @property
     def expert_params(self) -> float:
@@ -126,6 +127,7 @@ class Candidate:
     vpp_layers: int = 0   # layers per virtual stage, with vpp
     ep: int = 1
     cp: int = 1
+    sequence_parallel: bool = True
     why: list[str] = field(default_factory=list)
     source: list[str] = field(default_factory=list)
 
@@ -133,14 +135,15 @@ class Candidate:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "ep": self.ep, "cp": self.cp, "vpp": self.vpp,
                 "zero_stage": self.zero_stage, "recompute": self.recompute, "micro_batch": self.micro_batch,
                 "memory_gib": {"states": self.states, "activations": self.activations, "total": self.total},
-                "fits": self.fits, "why": self.why, "source": self.source, "megatron_args": self.megatron_args()}
+                "fits": self.fits, "why": self.why, "source": self.source, "sequence_parallel": self.sequence_parallel and self.tp > 1,
+                "megatron_args": self.megatron_args()}
 
     def megatron_args(self) -> str:
         out = f"--tensor-model-parallel-size {self.tp} --pipeline-model-parallel-size {self.pp}"
         out += f" --expert-model-parallel-size {self.ep}" if self.ep > 1 else ""
         out += f" --context-parallel-size {self.cp}" if self.cp > 1 else ""
         out += f" --num-layers-per-virtual-pipeline-stage {self.vpp_layers}" if self.vpp else ""
-        out += " --sequence-parallel" if self.tp > 1 else ""
+        out += " --sequence-parallel" if self.tp > 1 and self.sequence_parallel else ""
         rec = {"moe": "selective --recompute-modules core_attn moe"}.get(self.recompute, self.recompute)
         # Megatron's distributed optimizer is the ZeRO-1 figure; ZeRO-3 is its FSDP2 (not with PP); ZeRO-2 has none
         out += {1: " --use-distributed-optimizer", 3: " --use-torch-fsdp2" if self.pp == 1 else ""}.get(self.zero_stage, "")
@@ -159,7 +162,10 @@ def memory(m: Model, tp: int, pp: int, dp: int, zero: int, recompute: str, mb: i
     if zero == 3:   # one layer's bf16 weights gathered at a time: its dense part and this EP rank's experts
         states += 2 * (dense / (tp * m.layers) + experts / (ep * tp * m.layers))
     per_token = {"selective": 15 * m.hidden + m.mlp_bytes_per_token(), "moe": 17 * m.hidden}.get(recompute, 2 * m.hidden)
-    per_layer = per_token * m.seq_len * mb / (tp * cp)
+    # without sequence parallelism the layer norms, dropout masks and residuals (10·s·b·h; the 2·s·b·h input under
+    # full recompute) stay whole on every TP rank: Korthikanti et al.'s s·b·h·(10 + 24/t)
+    whole = 0 if m.sp or tp == 1 else (2 if recompute == "full" else 10) * m.hidden
+    per_layer = (whole + (per_token - whole) / tp) * m.seq_len * mb / cp
     acts = per_layer * (m.layers / pp) * pp   # the first stage keeps PP micro-batches in flight
     if pp == 1:   # the first stage is also the last: the logits at the loss
         acts += LOGIT_BYTES * m.vocab * m.seq_len * mb / (tp * cp)
@@ -214,7 +220,7 @@ def evaluate(m: Model, tp: int, pp: int, dp: int, gpu_gib: float, mb: int, ep: i
             break
     vpp = layout.vpp_for({"num_layers": m.layers}, pp) if pp > 1 else None
     c = Candidate(dp, tp, pp, zero, rec, mb, states, acts, total, total <= USABLE * gpu_gib, vpp=vpp, ep=ep, cp=cp,
-                  vpp_layers=m.layers // pp // vpp if vpp else 0)
+                  vpp_layers=m.layers // pp // vpp if vpp else 0, sequence_parallel=m.sp)
     c.why = _why(c, m, gpu_gib, per_node)
     c.source = ["000 §1.3 priorities", "000 §2 memory math"] + (["000 §2.6 MoE layouts"] if m.experts else [])
     return c
@@ -226,7 +232,8 @@ def _why(c: Candidate, m: Model, gpu_gib: float, per_node: int) -> list[str]:
                 "ZeRO-2)", 3: "ZeRO-3 / FSDP" + ("" if c.pp == 1 else " (DeepSpeed: Megatron's FSDP2 does not take PP)")}
                [c.zero_stage] + {"full": ", full recompute", "moe": ", MoE layers recomputed"}.get(c.recompute, ""))
     if c.tp > 1:
-        why.append(f"TP {c.tp} stays inside one node's NVLink")
+        why.append(f"TP {c.tp} stays inside one node's NVLink"
+                   + ("" if c.sequence_parallel else " (no sequence parallelism: norms and dropout stay whole per rank)"))
     if c.ep > 1:
         inside = c.ep * c.tp <= per_node
         n = m.experts // c.ep

@@ -251,3 +251,15 @@ def test_pipeline_and_zero3_rungs_say_what_they_save_for_this_job(run):
     last = next(s for s in d.findings[0].steps if s.id == "cuda_oom.zero3_offload")
     assert mem["mem_saved_zero3_offload_gib"] > 20
     assert f"about {mem['mem_saved_zero3_offload_gib']} GiB of model states off each GPU" in last.text
+
+
+def test_without_sequence_parallelism_part_of_each_layer_stays_whole_per_tp_rank():
+    # Korthikanti et al.: s·b·h·(10 + 24/t) per layer without SP against 34/t with it (selective recompute)
+    no_sp = P.Model.of(70e9, 4096, sp=False)
+    sp = P.memory(M70, 8, 2, 4, 1, "selective", 1)[1]
+    plain = P.memory(no_sp, 8, 2, 4, 1, "selective", 1)[1]
+    assert plain == pytest.approx(sp * (10 + 24 / 8) / (34 / 8), abs=0.1)
+    c = P.evaluate(no_sp, 8, 2, 4, 80, 1)
+    assert "--sequence-parallel" not in c.megatron_args() and "no sequence parallelism" in " ".join(c.why)
+    from bot.plan_cli import plan_text
+    assert "--sequence-parallel" not in plan_text("70B 64 h100-80gb --no-sequence-parallel --top 1")
