@@ -138,6 +138,8 @@ def step_time_line(st: dict, lang: str = "en") -> str:
             return f"{'이터레이션' if lang == 'ko' else 'iteration'} {x['iteration']}"
         return f"{x['line']}번째 줄" if lang == "ko" else f"line {x['line']}"
     ko = lang == "ko"
+    if "median_s" not in st:   # a log that prints throughput but no step time
+        return throughput_text(st, lang)
     out = (f"{'스텝 시간' if ko else 'step time'}: {'중앙값' if ko else 'median'} {st['median_s']:g} s, p90 "
            f"{st['p90_s']:g} s ({st['steps']} {'스텝' if ko else 'steps'})")
     if st.get("anomalous_steps"):
@@ -148,4 +150,16 @@ def step_time_line(st: dict, lang: str = "en") -> str:
         sd = st["slowdown"]
         out += (f"; {at(sd)}{'부터 지속적으로' if ko else ' on, a lasting slowdown of'} {sd['pct']:g}%"
                 f"{' 느려짐' if ko else ''} ({sd['before_s']:g} s → {sd['after_s']:g} s)")
-    return out
+    tp = throughput_text(st, lang)
+    return out + (f"; {tp}" if tp else "")
+
+
+def throughput_text(st: dict, lang: str = "en") -> str:
+    """TFLOP/s per GPU and model FLOPs utilisation as the log printed them (MFU only against a known GPU's peak)."""
+    parts = []
+    if "tflops_per_gpu" in st:
+        parts.append(f"{st['tflops_per_gpu']:g} TFLOP/s per GPU" if lang != "ko" else f"GPU당 {st['tflops_per_gpu']:g} TFLOP/s")
+    if "mfu_pct" in st:
+        on = f" on {st['gpu_model']}" if lang != "ko" and st.get("gpu_model") else ""
+        parts.append(f"MFU {st['mfu_pct']:g}%" + (f" ({st['gpu_model']})" if lang == "ko" and st.get("gpu_model") else on))
+    return ", ".join(parts)

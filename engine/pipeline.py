@@ -121,4 +121,4 @@ class Engine:
         info = InputInfo(name=source.name, bytes=source.bytes_read, lines=lines, truncated=source.truncated,
                          notes=list(source.notes), parts=[asdict(p) for p in getattr(source, "parts", ())])
         return Diagnosis(input=info, versions=versions, job=job, findings=findings, benchmarks=ctx.benchmarks,
-                         unclaimed=unclaimed, step_time=step_time(ctx.step_series) or {})
+                         unclaimed=unclaimed, step_time={**(step_time(ctx.step_series) or {}), **ctx.throughput})

@@ -52,6 +52,7 @@ class Context:
     benchmarks: list[dict[str, Any]] = field(default_factory=list)   # nccl-tests tables, for the weekly report
     error_lines: list[dict[str, Any]] = field(default_factory=list)  # error-looking line templates, most frequent first
     step_series: list[Any] = field(default_factory=list)   # parsers.step_series.StepSeries, one per log format
+    throughput: dict[str, Any] = field(default_factory=dict)   # MFU / TFLOP/s per GPU as logged, symptom or not
 
 
 class Reader:

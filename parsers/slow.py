@@ -245,10 +245,13 @@ class UtilParser(Parser):
             facts = {"tflops_per_gpu": round(tf, 1), "mfu_pct": pct, "readings": len(readings),
                      "peak_tflops": peak or 312.0}
         limit = MFU_LOW_PCT if peak or "tflops_per_gpu" not in facts else UNNAMED_GPU_LOW_PCT
-        if not facts or facts["mfu_pct"] >= limit:
-            return []
         if gpu and peak:
             facts["gpu_model"] = gpu
+        if facts:   # the run's throughput as facts for the weekly report, whatever it is
+            ctx.throughput = {k: v for k, v in facts.items() if k in ("mfu_pct", "tflops_per_gpu", "gpu_model")
+                              and (k != "mfu_pct" or peak or "tflops_per_gpu" not in facts)}
+        if not facts or facts["mfu_pct"] >= limit:
+            return []
         worst = min(readings, key=lambda r: r[0])
         self.ev.add(worst[1], worst[2])
         title = (f"The GPUs run at {facts['mfu_pct']:g}% model FLOPs utilisation over {facts['readings']} logged "

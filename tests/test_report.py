@@ -261,7 +261,7 @@ def test_step_time_per_job_over_time_healthy_runs_included(tmp_path, run):
     """Issue 15: every stored diagnosis with step times feeds the report's step-time table and chart."""
     from test_step_time import megatron
     store = Store(tmp_path / "s.db")
-    for days_ago, text in ((3, megatron()), (1, megatron(slow_from=60))):
+    for days_ago, text in ((3, megatron()), (1, megatron(slow_from=60, tflops=400.0, gpu="H100 80GB HBM3"))):
         d = run(text, "train.log")
         assert d.findings == []   # healthy runs: facts only
         store.record(d, text.encode(), job_key="job-s", at=(NOW - timedelta(days=days_ago)).isoformat())
@@ -270,5 +270,7 @@ def test_step_time_per_job_over_time_healthy_runs_included(tmp_path, run):
     assert [(s["job"], s["slowdown_pct"] is None) for s in rows] == [("job-s", True), ("job-s", False)]
     assert all(0.98 < s["median_s"] < 1.25 for s in rows)
     md = rep.markdown_path.read_text()
-    assert "## Step time per job" in md and "![Step time per job](step_times.png)" in md
+    assert "## Step time and MFU per job" in md and "![Step time per job](step_times.png)" in md
+    assert rows[0]["mfu_pct"] is None and 30 < rows[1]["mfu_pct"] < 42
+    assert f"| {rows[1]['tflops_per_gpu']:g} | {rows[1]['mfu_pct']:g}% | #" in md
     assert (tmp_path / "out" / "step_times.png").read_bytes()[:4] == b"\x89PNG"

@@ -6,14 +6,16 @@ from bot.render import diagnosis_text
 from bot.slack_blocks import diagnosis_blocks
 
 
-def megatron(n=120, slow_from=None, spike_at=None, noise=15.0, filler=0, seed=3):
-    rnd, out = random.Random(seed), []
+def megatron(n=120, slow_from=None, spike_at=None, noise=15.0, filler=0, seed=3, tflops=None, gpu=None):
+    rnd, out = random.Random(seed), ([f"GPU 0: NVIDIA {gpu} (UUID: GPU-0)"] if gpu else [])
     for i in range(1, n + 1):
         ms = 2600.0 if i == 1 else (1000 + rnd.uniform(-noise, noise)) * (1.2 if slow_from and i >= slow_from else 1)
         if i == spike_at:
             ms = 4800.0
         out.append(f" [2026-11-30 10:00:{i % 60:02d}] iteration {i * 10:8d}/  500000 | consumed samples: {i * 5120:10d}"
-                   f" | elapsed time per iteration (ms): {ms:.1f} | learning rate: 2.999E-04 | global batch size:   512"
+                   f" | elapsed time per iteration (ms): {ms:.1f}"
+                   + (f" | throughput per GPU (TFLOP/s/GPU): {tflops * 1000 / ms:.1f}" if tflops else "")
+                   + " | learning rate: 2.999E-04 | global batch size:   512"
                    f" | lm loss: {3.2 - i * 0.001:.6E} | loss scale: 1.0 | grad norm: 0.312 | number of skipped "
                    "iterations:   0 | number of nan iterations:   0 |")
         out += [f"[rank{k}] checkpoint shard {k} ok" for k in range(filler)]
@@ -97,3 +99,18 @@ def test_hf_trainer_dicts_read_without_regexes_give_the_same_diagnosis(engine, m
     slow = [engine.diagnose(from_bytes(t.encode(), "hf")).to_json_dict() for t in texts]
     assert fast == slow
     assert [f["symptom"] for f in fast[0]["findings"]] == ["loss_nan", "loss_spike"]
+
+
+def test_throughput_of_a_healthy_run_is_a_fact_and_mfu_needs_a_known_gpu(run):
+    """Issue 15: TFLOP/s per GPU from Megatron's --log-throughput, with MFU against the GPU's peak when the log
+    names the GPU; a healthy run (no low_gpu_util) still carries them for the weekly report."""
+    from bot.render import step_time_line
+    d = run(megatron(tflops=420.0, gpu="H100 80GB HBM3"))
+    assert d.findings == []
+    st = d.step_time
+    assert 410 < st["tflops_per_gpu"] < 430 and st["gpu_model"] == "H100"
+    assert abs(st["mfu_pct"] - 100 * st["tflops_per_gpu"] / 989) < 0.1   # H100 dense BF16 peak
+    assert f"{st['tflops_per_gpu']:g} TFLOP/s per GPU, MFU {st['mfu_pct']:g}% on H100" in step_time_line(st)
+    unnamed = run(megatron(tflops=420.0)).step_time
+    assert "tflops_per_gpu" in unnamed and "mfu_pct" not in unnamed   # no GPU named: no MFU claimed
+    assert "MFU" not in step_time_line(unnamed) and "TFLOP/s per GPU" in step_time_line(unnamed)

@@ -82,13 +82,14 @@ def nccl_tests(r: ReportData, path: Path) -> Path | None:
 
 def step_times(r: ReportData, path: Path) -> Path | None:
     """Median step time per job over the period (one line per job, a marker per diagnosis)."""
-    if not r.step_times:
+    timed = [s for s in r.step_times if s.get("median_s") is not None]
+    if not timed:
         return None
     plt = _plt()
     from datetime import datetime
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     jobs: dict[str, list[dict]] = {}
-    for s in sorted(r.step_times, key=lambda s: s["at"]):
+    for s in sorted(timed, key=lambda s: s["at"]):
         jobs.setdefault(s["job"], []).append(s)
     for job, points in sorted(jobs.items())[:12]:
         ax.plot([datetime.fromisoformat(p["at"]) for p in points], [p["median_s"] for p in points], marker="o",

@@ -188,11 +188,12 @@ def _training(r: ReportData, rows: list[dict], docs: dict[int, dict]) -> None:
     per_job: dict[str, dict[str, Any]] = {}
     for row in rows:
         st = docs[row["id"]].get("step_time") or {}
-        if st:   # healthy runs too: how fast each job steps, over time
+        if st:   # healthy runs too: how fast each job steps, and at what throughput, over time
             r.step_times.append({"id": row["id"], "at": row["created_at"], "job": row["job_key"],
-                                 "median_s": st["median_s"], "p90_s": st["p90_s"], "steps": st["steps"],
-                                 "anomalous_steps": st["anomalous_steps"],
-                                 "slowdown_pct": (st.get("slowdown") or {}).get("pct")})
+                                 "median_s": st.get("median_s"), "p90_s": st.get("p90_s"), "steps": st.get("steps"),
+                                 "anomalous_steps": st.get("anomalous_steps"),
+                                 "slowdown_pct": (st.get("slowdown") or {}).get("pct"),
+                                 "tflops_per_gpu": st.get("tflops_per_gpu"), "mfu_pct": st.get("mfu_pct")})
         for f in docs[row["id"]].get("findings", []):
             if f["symptom"] in TRAINING:
                 j = per_job.setdefault(row["job_key"], {"job": row["job_key"], **dict.fromkeys(sorted(TRAINING), 0),

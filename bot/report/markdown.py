@@ -127,11 +127,15 @@ def _training(r: ReportData, names: set[str] = frozenset()) -> list[str]:
                 for t in sorted(r.throughput, key=lambda t: (t["job"], t["at"]))[:20]]
         out.append("")
     if r.step_times:
-        out += ["## Step time per job", "", "Every diagnosed log that printed step times, healthy runs included.", "",
-                "| when | job | median | p90 | steps | unusually slow steps | lasting slowdown | diagnosis |",
-                "|---|---|---:|---:|---:|---:|---:|---|"]
-        out += [f"| {s['at'][:16]} | {s['job']} | {s['median_s']:g} s | {s['p90_s']:g} s | {s['steps']} | "
-                f"{s['anomalous_steps']} | {'+%g%%' % s['slowdown_pct'] if s['slowdown_pct'] else '-'} | #{s['id']} |"
+        out += ["## Step time and MFU per job", "",
+                "Every diagnosed log that printed step times or throughput, healthy runs included (MFU against the "
+                "GPU's dense BF16 peak, when the log names the GPU or the instance).", "",
+                "| when | job | median | p90 | steps | unusually slow steps | lasting slowdown | TFLOP/s per GPU | MFU "
+                "| diagnosis |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        out += [f"| {s['at'][:16]} | {s['job']} | {_v(s['median_s'], ' s')} | {_v(s['p90_s'], ' s')} | "
+                f"{_v(s['steps'])} | {_v(s['anomalous_steps'])} | "
+                f"{'+%g%%' % s['slowdown_pct'] if s['slowdown_pct'] else '-'} | {_v(s['tflops_per_gpu'])} | "
+                f"{_v(s['mfu_pct'], '%')} | #{s['id']} |"
                 for s in sorted(r.step_times, key=lambda s: (s["job"], s["at"]))[:30]]
         if "step_times.png" in names:
             out += ["", "![Step time per job](step_times.png)"]
@@ -146,3 +150,7 @@ def summary(r: ReportData) -> str:
              f"previous period). Top: {top}."]
     lines += [f"• {t['text']} ({t['evidence']})" for t in r.tune_next[:3]]
     return "\n".join(lines)
+
+
+def _v(x, unit: str = "") -> str:
+    return "-" if x is None else f"{x:g}{unit}"
