@@ -247,9 +247,8 @@ class UtilParser(Parser):
         limit = MFU_LOW_PCT if peak or "tflops_per_gpu" not in facts else UNNAMED_GPU_LOW_PCT
         if gpu and peak:
             facts["gpu_model"] = gpu
-        if facts:   # the run's throughput as facts for the weekly report, whatever it is
-            ctx.throughput = {k: v for k, v in facts.items() if k in ("mfu_pct", "tflops_per_gpu", "gpu_model")
-                              and (k != "mfu_pct" or peak or "tflops_per_gpu" not in facts)}
+        keep = ("tflops_per_gpu", "gpu_model") + (("mfu_pct",) if peak or "tflops_per_gpu" not in facts else ())
+        ctx.throughput = {k: facts[k] for k in keep if k in facts}   # the run's throughput, symptom or not
         if not facts or facts["mfu_pct"] >= limit:
             return []
         worst = min(readings, key=lambda r: r[0])
