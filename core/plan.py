@@ -33,6 +33,10 @@ GPU_GIB = {"a100-40gb": 40, "a100-80gb": 80, "h100-80gb": 80, "h200": 141, "h200
            "b200-180gb": 179, "b300": 269}
 INSTANCES = (("p4d.24xlarge", "a100-40gb"), ("p4de.24xlarge", "a100-80gb"), ("p5.48xlarge", "h100-80gb"),
              ("p5en.48xlarge", "h200"), ("p6-b200.48xlarge", "b200"), ("p6-b300.48xlarge", "b300"))
+# EFA per node in Gbps (004); at 400 Gbps, an eighth of p5's, a multi-node job is planned as on a slow network
+EFA_GBPS = {"p4d.24xlarge": 400, "p4de.24xlarge": 400, "p5.48xlarge": 3200, "p5en.48xlarge": 3200,
+            "p6-b200.48xlarge": 3200, "p6-b300.48xlarge": 6400}
+SLOW_EFA_GBPS = 400
 # Llama-style shapes by size: (parameters, layers, hidden, heads, vocabulary)
 SHAPES = ((1.3e9, 24, 2048, 16, 50304), (2.7e9, 32, 2560, 32, 50304), (7e9, 32, 4096, 32, 32000),
           (13e9, 40, 5120, 40, 32000), (34e9, 48, 8192, 64, 32000), (70e9, 80, 8192, 64, 32000),
@@ -266,9 +270,20 @@ def seed_rows(params: float, moe: bool = False) -> list[dict]:
             for cap, g, t, p, d, z, n in SEED_ROWS if cap == top]
 
 
+def instance_of(gpu: str) -> str:
+    """The P instance that carries this GPU type."""
+    return next(i for i, g in INSTANCES if GPU_GIB[g] == GPU_GIB[gpu] and g[:4] == gpu[:4])
+
+
+def network_for(network: str, instance: str, gpus: int, per_node: int = layout.GPUS_PER_NODE) -> str:
+    """What the plan ranks for: EFA at 400 Gbps per node across nodes is the seed's slow network (PP first)."""
+    slow = network == "efa" and gpus > per_node and EFA_GBPS.get(instance, SLOW_EFA_GBPS + 1) <= SLOW_EFA_GBPS
+    return "slow" if slow else network
+
+
 def choose_instance(m: Model, gpus: int, network: str, mb: int) -> tuple[str, str]:
     for instance, gpu in INSTANCES:
-        if any(c.fits for c in candidates(m, gpus, GPU_GIB[gpu], network, mb)):
+        if any(c.fits for c in candidates(m, gpus, GPU_GIB[gpu], network_for(network, instance, gpus), mb)):
             return instance, gpu
     return INSTANCES[-1]
 

@@ -263,3 +263,17 @@ def test_without_sequence_parallelism_part_of_each_layer_stays_whole_per_tp_rank
     assert "--sequence-parallel" not in c.megatron_args() and "no sequence parallelism" in " ".join(c.why)
     from bot.plan_cli import plan_text
     assert "--sequence-parallel" not in plan_text("70B 64 h100-80gb --no-sequence-parallel --top 1")
+
+
+def test_a_400_gbps_efa_instance_across_nodes_is_planned_as_a_slow_network():
+    assert P.instance_of("a100-40gb") == "p4d.24xlarge" and P.instance_of("b200-180gb") == "p6-b200.48xlarge"
+    assert P.network_for("efa", "p4de.24xlarge", 64) == "slow"
+    assert P.network_for("efa", "p4de.24xlarge", 8) == "efa"      # one node: no EFA traffic to speak of
+    assert P.network_for("efa", "p5.48xlarge", 64) == "efa"
+    assert P.network_for("ib", "p4d.24xlarge", 64) == "ib"        # the user said what the fabric is
+    run = lambda *a: subprocess.run([sys.executable, "-m", "bot.cli", "plan", *a], cwd=ROOT,   # noqa: E731
+                                    capture_output=True, text=True)
+    doc = json.loads(run("--params", "70B", "--gpus", "64", "--gpu", "a100-80gb", "--json").stdout)
+    assert doc["efa_gbps_per_node"] == 400 and doc["network_planned"] == "slow"
+    slow_best = P.candidates(M70, 64, 80, "slow")[0]
+    assert (doc["candidates"][0]["tp"], doc["candidates"][0]["pp"]) == (slow_best.tp, slow_best.pp)
