@@ -245,7 +245,7 @@ class UtilParser(Parser):
             facts = {"tflops_per_gpu": round(tf, 1), "mfu_pct": pct, "readings": len(readings),
                      "peak_tflops": peak or 312.0}
         limit = MFU_LOW_PCT if peak or "tflops_per_gpu" not in facts else UNNAMED_GPU_LOW_PCT
-        if gpu and peak:
+        if gpu and peak and facts:
             facts["gpu_model"] = gpu
         keep = ("tflops_per_gpu", "gpu_model") + (("mfu_pct",) if peak or "tflops_per_gpu" not in facts else ())
         ctx.throughput = {k: facts[k] for k in keep if k in facts}   # the run's throughput, symptom or not
