@@ -209,9 +209,20 @@ def rank_of(text: str) -> int | None:
 HOST_PREFIX = rx(r"^(?:\S+:\s+)*(?:\[\d+,\d+\]<std\w+>:)?([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[(\d+)\]")
 
 
+_HOST_MEMO: tuple[str | None, str | None] = (None, None)   # (the last line asked about, its host)
+
+
 def host_of(text: str) -> str | None:
+    """The host a line's NCCL prefix names. Several parsers ask about the same line object in a row: the answer
+    for the last one is kept (one tuple, replaced whole, so concurrent diagnoses never see a mixed pair)."""
+    global _HOST_MEMO
+    last, host = _HOST_MEMO
+    if text is last:
+        return host
     m = search(HOST_PREFIX, text)
-    return m.group(1) if m else None
+    host = m.group(1) if m else None
+    _HOST_MEMO = (text, host)
+    return host
 
 
 def parse_options(cls: type, text: str) -> Any:

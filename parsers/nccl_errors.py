@@ -15,42 +15,52 @@ from parsers.base import Context, Hit, Parser, host_of, rank_of, rx, search
 _RULES = (
     ("efa_completion", rx(r"NET/OFI Request (?:\S+ )?completed with error\. RC: (-?\d+)\.? ?(?:Error: )?([^\n]*)"
                           r"|efa_rdm_\w*handle_\w*error\(\)[^\n]*?err: (\d+), message: ([^\n]*?)(?: My EFA addr| My host id|$)"
-                          r"|rxr_cq_write_[rt]x_error\(\)[^\n]*?err: (\d+), prov_err: ([^\n]*?)(?: \(\d+\))?$")),
-    ("efa_av", rx(r"NET/OFI (?:Unable to insert remote address into address vector|Couldn't open AV)[^\n]*")),
+                          r"|rxr_cq_write_[rt]x_error\(\)[^\n]*?err: (\d+), prov_err: ([^\n]*?)(?: \(\d+\))?$",
+                          needs=("completed with error", "error()"))),
+    ("efa_av", rx(r"NET/OFI (?:Unable to insert remote address into address vector|Couldn't open AV)[^\n]*",
+                  needs=("address vector", "Couldn't open AV"))),
     ("efa_endpoint", rx(r"NET/OFI (?:Creating new endpoint|Couldn't (?:open|create|bind|enable) (?:endpoint|CQ|domain)|"
-                        r"Unable to (?:open|create) (?:domain|endpoint))[^\n]*")),
+                        r"Unable to (?:open|create) (?:domain|endpoint))[^\n]*", needs=("NET/OFI ",))),
     ("ib_completion", rx(r"Got completion (?:from peer (\S+?)(?:<\d+>)? with (?:status=|error )|with error )(\d+)"
-                         r".*?vendor err (\d+)")),
-    ("ib_setup", rx(r"Call to (ibv_(?!open_device|get_device_list|query_device|fork_init)\w+) failed(?: with error)? ?(.*)$")),
+                         r".*?vendor err (\d+)", needs=("vendor err",))),
+    ("ib_setup", rx(r"Call to (ibv_(?!open_device|get_device_list|query_device|fork_init)\w+) failed(?: with error)? ?(.*)$",
+                    needs=("Call to ibv_",))),
     ("shm", rx(r"Error while (?:creating|attaching to) shared memory segment|/dev/shm\S*.*(?:No space left|failed)|shm_open.*failed"
-               r"|unable to allocate shared memory")),
-    ("duplicate_gpu", rx(r"Duplicate GPU detected")),
+               r"|unable to allocate shared memory", needs=("shared memory", "/dev/shm", "shm_open"))),
+    ("duplicate_gpu", rx(r"Duplicate GPU detected", needs=("Duplicate GPU detected",))),
     ("collective_mismatch", rx(r"[Mm]essage truncated\s*:?\s*(?:receiving|received) (\d+) bytes instead of (\d+)"
                                r"|NET/IB ?: (?:req \S+ tag \S+ peer \S+ )?collective mismatch error,? local size (\d+)"
                                r" remote(?: size)? (\d+)|Detected mismatch between collectives on ranks"
-                               r"|[Mm]essage truncated\s*:?\s*$")),
+                               r"|[Mm]essage truncated\s*:?\s*$",
+                               needs=("essage truncated", "collective mismatch", "mismatch between collectives"))),
     ("remote", rx(r"remote process exited or there was a network error|ncclRemoteError|Connection reset by peer"
-                  r"|Connection closed by remote peer|Connection refused")),
+                  r"|Connection closed by remote peer|Connection refused",
+                  needs=("remote process exited", "ncclRemoteError", "Connection "))),
     ("topology", rx(r"ring \d+ does not loop back to start[^\n]*|Attribute \S+ of node \S+ not found"
-                    r"|Could not find a path for pattern[^\n]*")),
-    ("cuda_failure", rx(r"Cuda failure '([^']+)'")),
+                    r"|Could not find a path for pattern[^\n]*",
+                    needs=("does not loop back", "Attribute ", "Could not find a path"))),
+    ("cuda_failure", rx(r"Cuda failure '([^']+)'", needs=("Cuda failure '",))),
     ("code", rx(r"(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)"
                 r"|NCCL error(?: in: \S+,|:) (unhandled system error|internal error|unhandled cuda error|invalid usage"
-                r"|invalid argument)|Test NCCL failure \S+ '([^'/]+?)\s*(?:/|')")),
-    ("warn", rx(r"NCCL WARN (.*\b(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)?|[Uu]nable|not found|[Ii]nvalid)\b.*)")),
+                r"|invalid argument)|Test NCCL failure \S+ '([^'/]+?)\s*(?:/|')",
+                needs=("nccl", "NCCL error", "Test NCCL failure"))),
+    ("warn", rx(r"NCCL WARN (.*\b(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)?|[Uu]nable|not found|[Ii]nvalid)\b.*)",
+                needs=("NCCL WARN ",))),
 )
 # NCCL WARN lines the broad rule leaves alone: optional libraries and plugins that are absent on purpose, and the
 # EFA plugin's and the IB transport's start-up messages, which the efa family reads (a network plugin or device
 # that fails to open makes NCCL fall back to sockets: tcp_fallback, not this)
 _NOT_MINE = rx(r"libibverbs|NET/Plugin|libnccl-net|libnccl-tuner|libnccl-profiler|net_fastsocket|NUMA|"
-               r"Could not find real path|Failed to find ncclCollNet|NET/OFI|ibv_open_device|Unable to open device")
+               r"Could not find real path|Failed to find ncclCollNet|NET/OFI|ibv_open_device|Unable to open device",
+               needs=("libibverbs", "NET/Plugin", "libnccl-", "net_fastsocket", "NUMA", "Could not find real path",
+                      "Failed to find ncclCollNet", "NET/OFI", "ibv_open_device", "Unable to open device"))
 _IB_STATUS = {4: "local protection error (memory registration or GPUDirect RDMA)", 5: "work request flushed",
               10: "remote access error", 12: "transport retry counter exceeded (link or peer down)",
               13: "RNR retry counter exceeded (peer not receiving)"}
 # a bare "Connection reset by peer" raised out of torch.distributed's own frames is the peers' connection
 _DIST_FRAME = rx(r"File \"[^\"]*torch/distributed/|\bin init_process_group\b")
 _EXC_LINE = rx(r"^\s*(?:\[rank\d+\]:\s*)?[\w.]*(?:Error|Exception): ")
-_NCCL_VER = rx(r"NCCL version (\d+\.\d+\.\d+)")
+_NCCL_VER = rx(r"NCCL version (\d+\.\d+\.\d+)", needs=("NCCL version",))
 _HEADLINE = {
     "efa_completion": "An EFA transfer failed (aws-ofi-nccl / libfabric completion error)",
     "efa_av": "aws-ofi-nccl could not add a peer to the EFA address vector (peer unreachable or blocked)",
