@@ -175,8 +175,6 @@ class MegatronTimerParser(Parser):
                                "worst_step_input_pct": round(100 * worst[0], 1)}, first_line=self.ev.first())]
 
 
-
-
 # low_gpu_util: the GPUs are busy far less than they could be. Two kinds of evidence, each over several readings:
 # - model FLOPs utilisation as trainers print it (torchtitan/nanoGPT/nanochat "mfu", llm.c "% bf16 MFU", Composer's
 #   throughput/device/mfu fraction) or TFLOP/s per GPU (Megatron --log-throughput, torchtitan "tflops") against
@@ -186,8 +184,9 @@ MFU_LOW_PCT = 25.0      # dense BF16 MFU under a quarter of peak is low; 30-45% 
 UNNAMED_GPU_LOW_PCT = 8.0   # TFLOP/s on a GPU the log does not name: only a shortfall no datacenter GPU explains
 UTIL_LOW_PCT = 70.0     # the seeds' target: GPU utilisation at least 70%
 _DASHES = rx(r"-{3,}")
-_MFU = rx(r"(?i)(?:\bmfu[:=]?\s+|throughput/device/mfu:\s*|\[MFU:\s*)(-?[\d.]+)(%)?|(-?[\d.]+)% bf16 MFU")
-_TFLOPS = rx(r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)|\btflops:\s*([\d,.]+)")
+_MFU = rx(r"(?i)(?:\bmfu[:=]?\s+|throughput/device/mfu:\s*|\[MFU:\s*)(-?[\d.]+)(%)?|(-?[\d.]+)% bf16 MFU",
+          needs=("mfu",), fold=True)
+_TFLOPS = rx(r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)|\btflops:\s*([\d,.]+)", needs=("TFLOP/s/GPU", "tflops:"))
 _GPU_NAME = rx(r"NVIDIA (?:[A-Z]\w*\s)?([ABGHL]\d{2,3}\w*)")
 _DMON_HEAD = rx(r"^#\s*gpu\s+(?:\w+\s+)*?sm\b")
 _CSV_HEAD = rx(r"utilization\.gpu \[%\]")

@@ -2,6 +2,8 @@
 
     python testkit/gen_logs.py nccl OUT.log --mb 1024     # interleaved 512-rank NCCL_DEBUG=INFO log over EFA
     python testkit/gen_logs.py megatron OUT.log --mb 200  # Megatron training log with one loss spike
+    python testkit/gen_logs.py mixed OUT.log --mb 1024    # a 512-rank torchrun log: [rankN]: prefixes, NCCL INFO
+                                                          # set-up interleaved with Megatron iterations, an OOM
 
 Prints a JSON object with the injected failures and their line numbers."""
 from __future__ import annotations
@@ -124,13 +126,62 @@ def gen_megatron(path: str, mb: int, seed: int = 2) -> dict:
     return {"file": path, "bytes": written, "lines": lineno, "injected": {"loss_spike": spike_line}}
 
 
+def _iteration(it: int, loss: float, g: float, ms: float) -> str:
+    return (f" [2026-11-30 10:00:00] iteration {it:8d}/ 2000000 | consumed samples: {it * 1024:12d} | elapsed time per "
+            f"iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {420 * 3000 / ms:.1f} | learning rate: "
+            f"1.000E-04 | global batch size:  1024 | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: {g:.3f} | "
+            "number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+
+def gen_mixed(path: str, mb: int, seed: int = 3) -> dict:
+    """What a real multi-node job's combined output looks like: torchrun's `[rankN]:` prefix on every line, each new
+    communicator's NCCL INFO set-up from all 512 ranks, and between them the iteration lines that the last pipeline
+    stage's ranks print; one loss spike half-way, one rank's CUDA OOM traceback at 80%."""
+    rng = random.Random(seed)
+    target, injected = mb << 20, {}
+    written = lineno = it = comm = 0
+    with open(path, "w") as f:
+        def emit(lines):
+            nonlocal written, lineno
+            text = "\n".join(lines) + "\n"
+            f.write(text)
+            written += len(text)
+            lineno += len(lines)
+        emit([f"[rank{i // 8}]:{x}" for i, x in enumerate(nccl_header())])
+        while written < target:
+            comm += 1
+            block = nccl_block(rng, comm)
+            emit([f"[rank{min(i * RANKS // len(block), RANKS - 1)}]:{x}" for i, x in enumerate(block)])
+            batch = []
+            for _ in range(4000):
+                it += 1
+                loss, g = 2.5 - it * 2e-7 + rng.uniform(-0.02, 0.02), 0.25 + rng.uniform(-0.03, 0.03)
+                if "loss_spike" not in injected and written >= target // 2 and it > 500:
+                    loss, g = 7.91, 144.2
+                    injected["loss_spike"] = lineno + len(batch) + 1   # the first rank's line of that step
+                for r in range(RANKS - 8, RANKS, 2):   # the last stage's ranks all print the same step
+                    batch.append(f"[rank{r}]:" + _iteration(it, loss, g, 3000 + rng.random() * 50))
+            emit(batch)
+            if "cuda_oom" not in injected and written >= target * 0.8:
+                injected["cuda_oom"] = lineno + 5   # the error line of the traceback
+                emit(["[rank211]:Traceback (most recent call last):",
+                      '[rank211]:  File "/opt/megatron/pretrain_gpt.py", line 283, in <module>',
+                      "[rank211]:    pretrain(train_valid_test_datasets_provider, model_provider,",
+                      "[rank211]:  ...",
+                      "[rank211]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
+                      "capacity of 79.11 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has "
+                      "78.04 GiB memory in use. Of the allocated memory 74.20 GiB is allocated by PyTorch, and 2.31 GiB "
+                      "is reserved by PyTorch but unallocated."])
+    return {"file": path, "bytes": written, "lines": lineno, "injected": injected}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kind", choices=["nccl", "megatron"])
+    ap.add_argument("kind", choices=["nccl", "megatron", "mixed"])
     ap.add_argument("out")
     ap.add_argument("--mb", type=int, default=100)
     a = ap.parse_args(argv)
-    info = gen_nccl(a.out, a.mb) if a.kind == "nccl" else gen_megatron(a.out, a.mb)
+    info = {"nccl": gen_nccl, "megatron": gen_megatron, "mixed": gen_mixed}[a.kind](a.out, a.mb)
     print(json.dumps(info))
     return 0
 

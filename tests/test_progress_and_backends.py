@@ -1,4 +1,5 @@
 """Big inputs: a progress line only on a terminal; the hyperscan and pure-Python scanners find the same things."""
+import importlib.util
 import json
 import os
 import pty
@@ -113,3 +114,21 @@ def test_megatron_bulk_path_matches_line_by_line_reading(engine, monkeypatch, tm
     assert bulk == plain
     assert bulk[0]["findings"][0]["facts"]["line"] == gen["injected"]["loss_spike"]
     assert [f["symptom"] for f in bulk[1]["findings"]] == ["loss_nan", "loss_spike"]
+
+
+def test_the_mixed_512_rank_benchmark_log_is_read_right_by_both_scanners(books, tmp_path):
+    """The benchmark's realistic input (issue 16): `[rankN]:` prefixes on NCCL set-up and iteration lines, an OOM
+    traceback from one rank; the OOM and the loss spike are found at their lines, the step time and throughput
+    are read, and both scanner backends say the same."""
+    from core.ingest import from_bytes
+    from engine import Engine
+    path = tmp_path / "mixed.log"
+    info = json.loads(subprocess.run([*GEN, "mixed", str(path), "--mb", "4"], capture_output=True, check=True).stdout)
+    backends = ("re", "hyperscan") if importlib.util.find_spec("hyperscan") else ("re",)
+    docs = [Engine(books, backend=b).diagnose(from_bytes(path.read_bytes(), path.name)) for b in backends]
+    d = docs[0]
+    assert {f.symptom: f.evidence[0].line for f in d.findings if f.symptom == "cuda_oom"} == \
+        {"cuda_oom": info["injected"]["cuda_oom"]}
+    assert next(f for f in d.findings if f.symptom == "loss_spike").facts["line"] == info["injected"]["loss_spike"]
+    assert 2.9 < d.step_time["median_s"] < 3.1 and 400 < d.step_time["tflops_per_gpu"] < 425
+    assert all(x.to_json_dict() == d.to_json_dict() for x in docs[1:])
