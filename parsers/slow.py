@@ -8,6 +8,7 @@ from core import instances as I
 from core.models import Finding
 from parsers.base import Context, Hit, Parser, findall, rx, search, strip_prefixes
 from parsers.collectors.nccl_tests import NCCL_TESTS_ROW, TYPE_TRIGGERS
+from parsers.step_series import Readings
 
 INPUT_BAD_PCT = 25.0   # a quarter of the step spent fetching data is a bottleneck worth the first look
 
@@ -209,8 +210,7 @@ class UtilParser(Parser):
 
     def __init__(self) -> None:
         super().__init__()
-        self.mfu: list[tuple[float, int, str]] = []
-        self.tflops: list[tuple[float, int, str]] = []
+        self.mfu, self.tflops = Readings(), Readings()   # bounded: a 1 GB log has millions of readings
         self.gpu = ""
 
     def feed(self, hit: Hit) -> None:
@@ -223,21 +223,21 @@ class UtilParser(Parser):
             if m.group(1) and not m.group(2) and value <= 1.5:
                 value *= 100   # a fraction (Composer) rather than a percentage
             if value >= 0:     # nanoGPT prints -100% before it has timed a step
-                self.mfu.append((value, hit.no, t))
+                self.mfu.add(value, hit.no, t)
         m = search(_TFLOPS, t)
         if m:
-            self.tflops.append((float((m.group(1) or m.group(2)).replace(",", "")), hit.no, t))
+            self.tflops.add(float((m.group(1) or m.group(2)).replace(",", "")), hit.no, t)
 
     def finish(self, ctx: Context) -> list[Finding]:
         gpu, peak = _peak(self.gpu, ctx)
         facts: dict = {}
         if len(self.mfu) >= 2:
-            readings = self.mfu[1:] if len(self.mfu) >= 3 else self.mfu   # the first step includes warm-up
-            pct = round(_median([r[0] for r in readings]), 2)
+            readings = (src := self.mfu).kept()   # the first logged step includes warm-up: kept() leaves it out
+            pct = round(_median(readings), 2)
             facts = {"mfu_pct": pct, "readings": len(readings)}
         elif len(self.tflops) >= 2:
-            readings = self.tflops[1:] if len(self.tflops) >= 3 else self.tflops
-            tf = _median([r[0] for r in readings])
+            readings = (src := self.tflops).kept()
+            tf = _median(readings)
             # an unnamed GPU is judged against the slowest datacenter peak (A100), and only a shortfall so large
             # that no datacenter GPU would explain it counts (small or MoE test models run far below peak anyway)
             pct = round(100 * tf / (peak or 312.0), 2)
@@ -250,7 +250,7 @@ class UtilParser(Parser):
         ctx.throughput = {k: facts[k] for k in keep if k in facts}   # the run's throughput, symptom or not
         if not facts or facts["mfu_pct"] >= limit:
             return []
-        worst = min(readings, key=lambda r: r[0])
+        worst = src.worst()
         self.ev.add(worst[1], worst[2])
         title = (f"The GPUs run at {facts['mfu_pct']:g}% model FLOPs utilisation over {facts['readings']} logged "
                  f"steps (under {MFU_LOW_PCT:g}%; 30-45% is normal for LLM training)")

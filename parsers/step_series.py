@@ -72,6 +72,36 @@ class StepSeries:
         return out
 
 
+class Readings:
+    """Values of one kind (MFU, TFLOP/s per GPU) in log order, with bounded memory: the values (8 bytes each) and
+    the line of only the first reading and of the lowest one after it, the evidence a finding quotes."""
+
+    def __init__(self) -> None:
+        self.values = array("d")
+        self.first: tuple[float, int, str] | None = None
+        self.low: tuple[float, int, str] | None = None
+
+    def add(self, value: float, line: int, text: str) -> None:
+        if self.first is None:
+            self.first = (value, line, text)
+        elif self.low is None or value < self.low[0]:
+            self.low = (value, line, text)
+        if len(self.values) < MAX_POINTS:
+            self.values.append(value)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def kept(self):
+        """The readings that count: from three on, the first (warm-up) is left out."""
+        return self.values[1:] if len(self) >= 3 else self.values
+
+    def worst(self) -> tuple[float, int, str] | None:
+        if len(self) >= 3 or (self.low is not None and self.first is not None and self.low[0] <= self.first[0]):
+            return self.low
+        return self.first
+
+
 def _outliers(xs, a: int, b: int) -> list[int]:
     part = xs[a:b]
     med = median(part)
