@@ -27,7 +27,7 @@ class StepSeries:
     def __init__(self, source: str) -> None:
         self.source = source
         self.seconds = array("d")
-        self.iters: list[int | None] = []
+        self.iters = array("q")   # -1: the line named no iteration (8 bytes a reading: a long run has millions)
         self.lines = array("q")
 
     def add(self, iteration: int | None, seconds: float, line: int) -> None:
@@ -36,7 +36,7 @@ class StepSeries:
         if iteration is not None and self.iters and self.iters[-1] == iteration:
             return   # the same step printed by another rank
         self.seconds.append(seconds)
-        self.iters.append(iteration)
+        self.iters.append(-1 if iteration is None or iteration < 0 else iteration)
         self.lines.append(line)
 
     def __len__(self) -> int:
@@ -44,7 +44,7 @@ class StepSeries:
 
     def _where(self, i: int) -> dict[str, Any]:
         out: dict[str, Any] = {"line": self.lines[i]}
-        if self.iters[i] is not None:
+        if self.iters[i] >= 0:
             out["iteration"] = self.iters[i]
         return out
 
