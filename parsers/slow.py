@@ -233,11 +233,11 @@ class UtilParser(Parser):
         facts: dict = {}
         if len(self.mfu) >= 2:
             readings = (src := self.mfu).kept()   # the first logged step includes warm-up: kept() leaves it out
-            pct = round(_median(readings), 2)
+            pct = round(src.median(), 2)
             facts = {"mfu_pct": pct, "readings": len(readings)}
         elif len(self.tflops) >= 2:
             readings = (src := self.tflops).kept()
-            tf = _median(readings)
+            tf = src.median()
             # an unnamed GPU is judged against the slowest datacenter peak (A100), and only a shortfall so large
             # that no datacenter GPU would explain it counts (small or MoE test models run far below peak anyway)
             pct = round(100 * tf / (peak or 312.0), 2)

@@ -114,3 +114,17 @@ def test_throughput_of_a_healthy_run_is_a_fact_and_mfu_needs_a_known_gpu(run):
     unnamed = run(megatron(tflops=420.0)).step_time
     assert "tflops_per_gpu" in unnamed and "mfu_pct" not in unnamed   # no GPU named: no MFU claimed
     assert "MFU" not in step_time_line(unnamed) and "TFLOP/s per GPU" in step_time_line(unnamed)
+
+
+def test_a_huge_run_s_throughput_median_is_exact_without_millions_of_python_floats():
+    """Issue 16: a 1 GB log holds millions of TFLOP/s readings; their median is taken on the array's own buffer."""
+    import statistics
+    from parsers.step_series import BIG, Readings
+    rnd, r = random.Random(5), Readings()
+    for i in range(BIG + 1001):   # an even number kept after the first is left out: the two middle ones averaged
+        r.add(400 + rnd.gauss(0, 20), i + 1, "line")
+    assert len(r.kept()) % 2 == 0 and r.median() == statistics.median(r.kept())
+    small = Readings()
+    for v in (100.0, 300.0, 200.0):
+        small.add(v, 1, "x")
+    assert small.median() == 250.0 and small.worst()[0] == 200.0   # the warm-up reading is left out from three on
