@@ -42,6 +42,7 @@ _SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reac
 
 _ELAPSED = "elapsed time per iteration (ms):"
 _ELAPSED_B = _ELAPSED.encode()
+_ELAPSED_N = len(_ELAPSED_B)
 
 
 def _str(text) -> str:
@@ -109,9 +110,13 @@ class LossParser(Parser):
 
     def feed_bulk(self, no: int, m) -> None:
         it, rest = m.group(1, 2)
+        it = int(it)
         e = rest.find(_ELAPSED_B)
-        if e >= 0:
-            self._elapsed(int(it), rest[e + len(_ELAPSED_B):rest.find(b"|", e)], no)
+        if e >= 0:   # (the line-by-line path's _elapsed, inlined: this runs for every line of a long log)
+            try:
+                self.steps.add(it, float(rest[e + _ELAPSED_N:rest.find(b"|", e)]) / 1000, no)
+            except ValueError:
+                pass
         k = rest.find(b"lm loss:")
         if k < 0:
             k = rest.find(b"lm_loss:")
@@ -134,7 +139,9 @@ class LossParser(Parser):
             if fields:
                 self._megatron(_BulkHit(no, _line(m)), fields, text, key="")  # the bulk series is one curve
             return
-        self._series("").add(v, g, int(it), no, m)  # the line itself is cut out only if it becomes evidence
+        bulk = self.bulk_series or self._series("")   # the bulk series is one curve
+        self.bulk_series = bulk
+        bulk.add(v, g, it, no, m)  # the line itself is cut out only if it becomes evidence
 
     def __init__(self, options: SpikeThresholds | None = None) -> None:
         self.spike = options or SpikeThresholds()
@@ -154,6 +161,7 @@ class LossParser(Parser):
         self.gnan_ev = EvidenceBox()
         self.term_nan = 0        # NaN/Inf loss terms outside the main loss series
         self.term_key = ""
+        self.bulk_series: Series | None = None
 
     def _series(self, key: str) -> Series:
         s = self.series.get(key)
