@@ -226,7 +226,9 @@ _DIAG = rx(r"\|\s*(NVLink|PCIe)[^|]*\|\s*Fail\b|(\d+) (?:active )?NvLinks?.*expe
 
 class NvlinkParser(Parser):
     name = "nvlink_inactive"
-    triggers = ("GPU ", "Link ", "gpuId", "physicalId", "NVLink", "NvLink", "nvlink", "NVLINK", "abric", "not yet initialized",
+    # the fabric manager by name, not "abric": that woke this reader on every "via NET/AWS Libfabric" channel line
+    triggers = ("GPU ", "Link ", "gpuId", "physicalId", "NVLink", "NvLink", "nvlink", "NVLINK", "abric manager",
+                "abric Manager", "abricmanager", "abricManager", "abric_manager", "ABRIC_MANAGER", "not yet initialized",
                 "SystemNotReady", "SYSTEM_NOT_READY")
     after = 1
 
