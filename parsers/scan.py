@@ -12,6 +12,7 @@ from parsers.base import Hit, Reader
 log = logging.getLogger("triage.scan")
 
 MAX_TEXT = 8192
+BULK_LOOKS = 16   # chunks (8 MiB each) judged for chunk-wide reading before line by line is settled for good
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]")
 
 
@@ -153,7 +154,8 @@ class Scanner:
         self.failed: dict[str, str] = {}   # reader name -> the exception it raised (a bug: it is switched off)
         self.backend_name = backend
         self.bulk: list[int] = []          # parsers reading their dominant line format chunk-wide
-        self._decided = False
+        self._looks = 0                    # chunks judged for bulk reading so far
+        self._bulk_capable = sum(p.bulk is not None for p in self.parsers)
         self._index(set())
         self.max_before = max((p.before for p in parsers), default=0)
         self.lines = 0
@@ -169,14 +171,17 @@ class Scanner:
         self.backend = make_backend(list(owners), self.backend_name)
 
     def _decide_bulk(self, buf: bytes) -> None:
-        """On the first chunk: a parser whose bulk pattern covers most lines (a plain Megatron training log) reads
-        those lines with one C-level pass per chunk instead of line by line."""
-        self._decided = True
-        sample = buf[: 1 << 20]
-        chosen = {i for i, p in enumerate(self.parsers) if p.bulk is not None and p.bulk_wanted(sample)}
+        """A parser whose bulk pattern covers most lines (a plain Megatron training log) reads those lines with one
+        C-level pass per chunk instead of line by line. Judged on the first MiB, then on each whole chunk until it
+        holds, for the first BULK_LOOKS chunks: a job's log often opens with megabytes of NCCL set-up, and a
+        multi-node one keeps interleaving set-up blocks with its iterations."""
+        self._looks += 1
+        sample = buf[: 1 << 20] if self._looks == 1 else buf
+        chosen = {i for i, p in enumerate(self.parsers)
+                  if i not in self.bulk and p.bulk is not None and p.bulk_wanted(sample)}
         if chosen:
-            self.bulk = sorted(chosen)
-            self._index(chosen)
+            self.bulk = sorted(chosen.union(self.bulk))
+            self._index(set(self.bulk))
 
     def _feed_bulk(self, buf: bytes, start_no: int) -> None:
         count = buf.count
@@ -213,7 +218,7 @@ class Scanner:
 
     def feed(self, buf: bytes) -> None:
         start_no = self.lines
-        if not self._decided:
+        if self._looks < BULK_LOOKS and len(self.bulk) < self._bulk_capable:
             self._decide_bulk(buf)
         if self._pending:
             self._fill_pending(buf)

@@ -132,3 +132,18 @@ def test_the_mixed_512_rank_benchmark_log_is_read_right_by_both_scanners(books, 
     assert next(f for f in d.findings if f.symptom == "loss_spike").facts["line"] == info["injected"]["loss_spike"]
     assert 2.9 < d.step_time["median_s"] < 3.1 and 400 < d.step_time["tflops_per_gpu"] < 425
     assert all(x.to_json_dict() == d.to_json_dict() for x in docs[1:])
+
+
+def test_bulk_reading_starts_after_a_long_nccl_set_up(tmp_path):
+    """Issue 16: a multi-node job's log opens with megabytes of NCCL set-up; the loss reader still switches to
+    chunk-wide reading once a chunk is mostly iterations, alongside a reader already reading chunk-wide."""
+    from parsers.convergence import LossParser
+    from parsers.scan import Scanner
+    setup = b"h1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA\n" * 20000
+    iters = b"".join(b" iteration %8d/ 1000 | elapsed time per iteration (ms): 3000.0 | lm loss: 2.500000E+00 | "
+                     b"grad norm: 0.250 | number of nan iterations:   0 |\n" % i for i in range(1, 20001))
+    sc = Scanner([LossParser()])
+    sc.feed(setup)
+    assert sc.bulk == []
+    sc.feed(iters)
+    assert sc.bulk == [0] and len(sc.parsers[0].steps) == 20000
