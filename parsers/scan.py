@@ -140,6 +140,7 @@ class _Owners(dict):
 class _Off:
     """Stands in for a reader that raised: it reads nothing more (the others go on)."""
     before = after = 0
+    bulk = None   # never judged for chunk-wide reading again
 
     def __init__(self, name: str):
         self.name = name

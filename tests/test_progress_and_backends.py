@@ -147,3 +147,20 @@ def test_bulk_reading_starts_after_a_long_nccl_set_up(tmp_path):
     assert sc.bulk == []
     sc.feed(iters)
     assert sc.bulk == [0] and len(sc.parsers[0].steps) == 20000
+
+
+def test_a_reader_that_fails_chunk_wide_is_not_judged_again(tmp_path):
+    """The per-chunk bulk judging must step over a reader that was switched off after raising."""
+    from parsers.convergence import LossParser
+    from parsers.scan import Scanner
+
+    class Broken(LossParser):
+        def feed_bulk(self, no, m):
+            raise RuntimeError("boom")
+    def iters(first):
+        return b"".join(b" iteration %8d/ 9000 | elapsed time per iteration (ms): 3000.0 | lm loss: 2.500000E+00 | "
+                        b"grad norm: 0.250 | number of nan iterations:   0 |\n" % i for i in range(first, first + 2000))
+    sc = Scanner([Broken(), LossParser()])
+    sc.feed(iters(1))
+    sc.feed(iters(2001))   # the broken reader, now switched off, is stepped over when the chunk is judged
+    assert sc.bulk == [1] and "loss" in sc.failed and len(sc.parsers[1].steps) == 4000
