@@ -10,7 +10,6 @@ import difflib
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from bot.patch_target import kind_of, reader_of, skip_reason, translate

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from core import frameworks as F
@@ -63,12 +64,9 @@ def translate(c: Change, reader: str | None) -> Change:
     concept = CONCEPT.get((c.kind, c.name))
     fw = F.DEEPSPEED if reader == ACCELERATE else reader
     target = F.VOCAB[concept].get(fw) if concept and fw else None
-    if target is None or target.value is not None or (target.kind, target.name) == (c.kind, c.name):
-        out = c
-    else:
-        out = Change(kind=target.kind, name=target.name, to=c.to, from_=c.from_, note=c.note)
+    out = c if target is None or target.value is not None else replace(c, kind=target.kind, name=target.name)
     if reader == ACCELERATE and out.kind == "config" and out.name in ACCELERATE_KEYS:
-        out = Change(kind="config", name=ACCELERATE_KEYS[out.name], to=out.to, from_=out.from_, note=out.note)
+        out = replace(out, name=ACCELERATE_KEYS[out.name])
     return out
 
 
@@ -110,10 +108,9 @@ def _same(a, b) -> bool:
         return str(a).lower() == str(b).lower()
 
 
-def _conflict(c: Change, kind: str, text: str) -> str | None:
-    """A file that holds another value than the log showed is not the config this job ran with; a ZeRO stage is
-    never lowered."""
-    now = current(c, kind, text)
+def _conflict(c: Change, now) -> str | None:
+    """A file that holds another value (`now`) than the log showed is not the config this job ran with; a ZeRO
+    stage is never lowered."""
     if now is None or now == "auto":
         return None
     if c.from_ is not None and not _same(now, c.from_) and not _same(now, c.to):
@@ -128,7 +125,8 @@ def skip_reason(c: Change, kind: str, reader: str | None, text: str) -> str | No
     """None when the change goes into this file; otherwise why not, in a few words."""
     if c.kind == "command" or (c.to is None and c.kind != "env"):
         return "not a setting"
-    conflict = _conflict(c, kind, text)
+    now = current(c, kind, text)   # what the file holds for this change (the file is parsed once per change)
+    conflict = _conflict(c, now)
     if conflict:
         return conflict
     if kind == "script":
@@ -151,13 +149,8 @@ def skip_reason(c: Change, kind: str, reader: str | None, text: str) -> str | No
         return "a launch flag, not a key in this file"
     if reader == ACCELERATE:
         return None if key.startswith("deepspeed_config.") else "accelerate sets only a few DeepSpeed keys: use a deepspeed_config_file"
-    if kind == "json":
-        current = _value_at(_load(kind, text), key.split("."))
-        if current == "auto":
-            return f"\"auto\" here: the HF Trainer fills it from {AUTO_FROM.get(key, 'its own arguments')}"
-        if current is None and key in AUTO_FROM and '"auto"' in text:
-            return f"the HF Trainer drives this file (\"auto\" values): set {AUTO_FROM[key]} in its arguments"
-        if reader == F.DEEPSPEED:
-            return None
-        return None if current is not None else "not a key in this file"
-    return None if _value_at(_load(kind, text), key.split(".")) is not None else "not a key in this file"
+    if kind == "json" and now == "auto":
+        return f"\"auto\" here: the HF Trainer fills it from {AUTO_FROM.get(key, 'its own arguments')}"
+    if kind == "json" and now is None and key in AUTO_FROM and '"auto"' in text:
+        return f"the HF Trainer drives this file (\"auto\" values): set {AUTO_FROM[key]} in its arguments"
+    return None if now is not None or (kind == "json" and reader == F.DEEPSPEED) else "not a key in this file"

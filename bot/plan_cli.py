@@ -86,8 +86,9 @@ def _plan(args) -> tuple[P.Model, str, str | None, list[P.Candidate]]:
     active = P.parse_count(args.active_params) if args.experts else None
     model = P.Model.of(P.parse_count(args.params), args.seq_len, args.layers, args.hidden, args.heads,
                        experts=args.experts, active=active, top_k=args.top_k, vocab=args.vocab,
-                       sp=getattr(args, "sp", True))
+                       sp=args.sp)
     instance, gpu = (None, args.gpu) if args.gpu else P.choose_instance(model, args.gpus, args.network, args.micro_batch)
+    args.efa_gbps = P.EFA_GBPS[instance or P.instance_of(gpu)]
     args.planned_network = P.network_for(args.network, instance or P.instance_of(gpu), args.gpus)
     return model, gpu, instance, P.candidates(model, args.gpus, P.GPU_GIB[gpu], args.planned_network, args.micro_batch)
 
@@ -113,7 +114,7 @@ def cmd_plan(args, settings) -> int:
                          "seq_len": model.seq_len, "dense": not model.experts, "experts": model.experts or None,
                          "top_k": model.top_k if model.experts else None, "active_params": model.active},
                "gpus": args.gpus, "gpu": gpu, "gpu_gib": P.GPU_GIB[gpu], "instance": instance, "network": args.network,
-               "efa_gbps_per_node": P.EFA_GBPS[instance or P.instance_of(gpu)], "network_planned": args.planned_network,
+               "efa_gbps_per_node": args.efa_gbps, "network_planned": args.planned_network,
                "min_gpus": need, "seed_rows": _seed_rows(model, args.gpus, gpu, args.micro_batch),
                "candidates": [c.to_json() for c in shown]}
         print(json.dumps(doc, ensure_ascii=False))
@@ -141,7 +142,7 @@ def _text(model: P.Model, args, gpu: str, instance: str | None, need: int, shown
                                                               if instance else "")
     out = [f"Plan for a {size} {kind}{model.layers} layers, hidden {model.hidden}, {model.heads} heads, "
            f"sequence {model.seq_len}) on {where}, {args.network} network"
-           + (f" ({P.EFA_GBPS[instance or P.instance_of(gpu)]} Gbps EFA per node: planned as a slow network, PP "
+           + (f" ({args.efa_gbps} Gbps EFA per node: planned as a slow network, PP "
               "first)." if args.planned_network != args.network else "."),
            f"Model states alone need at least {need} GPUs of {P.GPU_GIB[gpu]} GiB at 1.5× headroom "
            "(18 bytes per parameter)."]

@@ -139,8 +139,8 @@ class Candidate:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "ep": self.ep, "cp": self.cp, "vpp": self.vpp,
                 "zero_stage": self.zero_stage, "recompute": self.recompute, "micro_batch": self.micro_batch,
                 "memory_gib": {"states": self.states, "activations": self.activations, "total": self.total},
-                "fits": self.fits, "why": self.why, "source": self.source, "sequence_parallel": self.sequence_parallel and self.tp > 1,
-                "megatron_args": self.megatron_args()}
+                "fits": self.fits, "why": self.why, "source": self.source,
+                "sequence_parallel": self.sequence_parallel and self.tp > 1, "megatron_args": self.megatron_args()}
 
     def megatron_args(self) -> str:
         out = f"--tensor-model-parallel-size {self.tp} --pipeline-model-parallel-size {self.pp}"

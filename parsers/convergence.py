@@ -139,9 +139,9 @@ class LossParser(Parser):
             if fields:
                 self._megatron(_BulkHit(no, _line(m)), fields, text, key="")  # the bulk series is one curve
             return
-        bulk = self.bulk_series or self._series("")   # the bulk series is one curve
-        self.bulk_series = bulk
-        bulk.add(v, g, it, no, m)  # the line itself is cut out only if it becomes evidence
+        if self.bulk_series is None:   # the bulk series is one curve
+            self.bulk_series = self._series("")
+        self.bulk_series.add(v, g, it, no, m)  # the line itself is cut out only if it becomes evidence
 
     def __init__(self, options: SpikeThresholds | None = None) -> None:
         self.spike = options or SpikeThresholds()

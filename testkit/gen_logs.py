@@ -21,6 +21,20 @@ def host(rank: int) -> str:
     return f"compute-st-p5-{n + 1}"
 
 
+class Out:
+    """A log file written in blocks of lines, counting its bytes and lines (where the injected failures land)."""
+
+    def __init__(self, f) -> None:
+        self.f, self.written, self.lineno = f, 0, 0
+
+    def emit(self, lines: list[str]) -> None:
+        if lines:
+            text = "\n".join(lines) + "\n"
+            self.f.write(text)
+            self.written += len(text)
+            self.lineno += len(lines)
+
+
 def nccl_block(rng: random.Random, comm: int) -> list[str]:
     """One communicator's init as every rank logs it: bootstrap, plugin, channels, rings, trees."""
     out = []
@@ -57,33 +71,28 @@ def gen_nccl(path: str, mb: int, seed: int = 1) -> dict:
     rng = random.Random(seed)
     target = mb << 20
     injected = {}
-    written, lineno = 0, 0
     with open(path, "w") as f:
-        def emit(lines):
-            nonlocal written, lineno
-            text = "\n".join(lines) + "\n"
-            f.write(text)
-            written += len(text)
-            lineno += len(lines)
+        out = Out(f)
+        emit = out.emit
         emit(nccl_header())
         comm = 0
         plan = {0.3: "efa_mr_registration", 0.6: "gpu_xid", 0.9: "nccl_timeout"}
-        while written < target:
+        while out.written < target:
             comm += 1
             emit(nccl_block(rng, comm))
             for frac, what in list(plan.items()):
-                if written >= target * frac:
+                if out.written >= target * frac:
                     del plan[frac]
                     if what == "efa_mr_registration":
-                        injected[what] = lineno + 1
+                        injected[what] = out.lineno + 1
                         emit([f"{host(77)}:4077:4277 [5] register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register "
                               "memory (type = 2) for device 5. RC: -22, Error: Invalid argument"])
                     elif what == "gpu_xid":
-                        injected[what] = lineno + 1
+                        injected[what] = out.lineno + 1
                         emit([f"Nov 12 04:17:55 {host(300)} kernel: NVRM: Xid (PCI:0000:a8:00): 79, pid=4300, name=python3, "
                               "GPU has fallen off the bus."])
                     else:
-                        injected[what] = lineno + 1
+                        injected[what] = out.lineno + 1
                         lines = []
                         for r in range(RANKS):
                             seq = 1204 if r == 211 else 1205
@@ -92,38 +101,31 @@ def gen_nccl(path: str, mb: int, seed: int = 1) -> dict:
                                          "NumelIn=262144, NumelOut=262144, Timeout(ms)=600000) ran for 600012 milliseconds "
                                          "before timing out.")
                         emit(lines)
-    return {"file": path, "bytes": written, "lines": lineno, "injected": injected, "lagging_rank": 211}
+    return {"file": path, "bytes": out.written, "lines": out.lineno, "injected": injected, "lagging_rank": 211}
 
 
 def gen_megatron(path: str, mb: int, seed: int = 2) -> dict:
     rng = random.Random(seed)
     target = mb << 20
-    written, it, spike_line = 0, 0, None
-    lineno = 0
+    it, spike_line = 0, None
     with open(path, "w") as f:
-        buf = []
-        while written < target:
+        out, buf = Out(f), []
+        while out.written < target:
             it += 1
             loss = 2.5 - it * 2e-7 + rng.uniform(-0.02, 0.02)
             g = 0.25 + rng.uniform(-0.03, 0.03)
-            if spike_line is None and written >= target // 2:
+            if spike_line is None and out.written >= target // 2:
                 loss, g = 7.91, 144.2
-                spike_line = lineno + len(buf) + 1
-            line = (f" iteration {it:8d}/ 2000000 | consumed samples: {it * 1024:12d} | elapsed time per iteration (ms): "
-                    f"{3000 + rng.random() * 50:.1f} | learning rate: 1.000E-04 | global batch size:  1024 | lm loss: "
-                    f"{loss:.6E} | loss scale: 1.0 | grad norm: {g:.3f} | number of skipped iterations:   0 | number of "
-                    "nan iterations:   0 |")
-            buf.append(line)
+                spike_line = out.lineno + len(buf) + 1
+            buf.append(f" iteration {it:8d}/ 2000000 | consumed samples: {it * 1024:12d} | elapsed time per iteration "
+                       f"(ms): {3000 + rng.random() * 50:.1f} | learning rate: 1.000E-04 | global batch size:  1024 | lm "
+                       f"loss: {loss:.6E} | loss scale: 1.0 | grad norm: {g:.3f} | number of skipped iterations:   0 | "
+                       "number of nan iterations:   0 |")
             if len(buf) >= 5000:
-                text = "\n".join(buf) + "\n"
-                f.write(text)
-                written += len(text)
-                lineno += len(buf)
+                out.emit(buf)
                 buf = []
-        if buf:
-            f.write("\n".join(buf) + "\n")
-            lineno += len(buf)
-    return {"file": path, "bytes": written, "lines": lineno, "injected": {"loss_spike": spike_line}}
+        out.emit(buf)
+    return {"file": path, "bytes": out.written, "lines": out.lineno, "injected": {"loss_spike": spike_line}}
 
 
 def _iteration(it: int, loss: float, g: float, ms: float) -> str:
@@ -139,16 +141,12 @@ def gen_mixed(path: str, mb: int, seed: int = 3) -> dict:
     stage's ranks print; one loss spike half-way, one rank's CUDA OOM traceback at 80%."""
     rng = random.Random(seed)
     target, injected = mb << 20, {}
-    written = lineno = it = comm = 0
+    it = comm = 0
     with open(path, "w") as f:
-        def emit(lines):
-            nonlocal written, lineno
-            text = "\n".join(lines) + "\n"
-            f.write(text)
-            written += len(text)
-            lineno += len(lines)
+        out = Out(f)
+        emit = out.emit
         emit([f"[rank{i // 8}]:{x}" for i, x in enumerate(nccl_header())])
-        while written < target:
+        while out.written < target:
             comm += 1
             block = nccl_block(rng, comm)
             emit([f"[rank{min(i * RANKS // len(block), RANKS - 1)}]:{x}" for i, x in enumerate(block)])
@@ -156,14 +154,14 @@ def gen_mixed(path: str, mb: int, seed: int = 3) -> dict:
             for _ in range(4000):
                 it += 1
                 loss, g = 2.5 - it * 2e-7 + rng.uniform(-0.02, 0.02), 0.25 + rng.uniform(-0.03, 0.03)
-                if "loss_spike" not in injected and written >= target // 2 and it > 500:
+                if "loss_spike" not in injected and out.written >= target // 2 and it > 500:
                     loss, g = 7.91, 144.2
-                    injected["loss_spike"] = lineno + len(batch) + 1   # the first rank's line of that step
+                    injected["loss_spike"] = out.lineno + len(batch) + 1   # the first rank's line of that step
                 for r in range(RANKS - 8, RANKS, 2):   # the last stage's ranks all print the same step
                     batch.append(f"[rank{r}]:" + _iteration(it, loss, g, 3000 + rng.random() * 50))
             emit(batch)
-            if "cuda_oom" not in injected and written >= target * 0.8:
-                injected["cuda_oom"] = lineno + 5   # the error line of the traceback
+            if "cuda_oom" not in injected and out.written >= target * 0.8:
+                injected["cuda_oom"] = out.lineno + 5   # the error line of the traceback
                 emit(["[rank211]:Traceback (most recent call last):",
                       '[rank211]:  File "/opt/megatron/pretrain_gpt.py", line 283, in <module>',
                       "[rank211]:    pretrain(train_valid_test_datasets_provider, model_provider,",
@@ -172,7 +170,7 @@ def gen_mixed(path: str, mb: int, seed: int = 3) -> dict:
                       "capacity of 79.11 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has "
                       "78.04 GiB memory in use. Of the allocated memory 74.20 GiB is allocated by PyTorch, and 2.31 GiB "
                       "is reserved by PyTorch but unallocated."])
-    return {"file": path, "bytes": written, "lines": lineno, "injected": injected}
+    return {"file": path, "bytes": out.written, "lines": out.lineno, "injected": injected}
 
 
 def main(argv=None) -> int:

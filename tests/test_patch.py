@@ -1,9 +1,15 @@
 """Fixes as a diff of the user's own file (issue 17): a DeepSpeed JSON, a Megatron launch script with bash arrays, an
 HF/LLaMA-Factory YAML and an sbatch script; only the first step that has a change for the file is applied, values
 already equal are left alone, missing keys are added in the file's style, and the rest is listed."""
+import glob
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+import yaml
 
 from bot.patch import patch
 from conftest import FIXTURES, ROOT
@@ -92,12 +98,6 @@ def test_cli_prints_the_diff_and_refuses_a_broken_config(tmp_path):
 # Round trips over config files shaped like the public ones users attach (HF-docs ZeRO-3 JSON with "auto" values,
 # an `accelerate config` YAML, a LLaMA-Factory YAML pointing at a DeepSpeed JSON, an HF run_clm torchrun script,
 # a Megatron sbatch script with EFA exports), against every OOM, NaN, spike, fallback and timeout fixture.
-import glob  # noqa: E402
-import re  # noqa: E402
-
-import pytest  # noqa: E402
-import yaml  # noqa: E402
-
 LOGS = sorted(p for sym in ("cuda_oom", "loss_spike", "loss_nan", "tcp_fallback", "nccl_timeout")
               for p in glob.glob(str(FIXTURES / sym / "*.log")))
 
@@ -117,7 +117,6 @@ def test_every_patch_round_trips(run, config):
     """The patched file still parses, patching it again changes nothing, and nothing from another tool's
     vocabulary goes in: no Megatron flag into an HF script, no DeepSpeed key into an accelerate or Trainer YAML
     outside what that tool reads, no prose as a key, no env var or docker option into a config."""
-    from pathlib import Path
     text = (CONF / config).read_text()
     hf_script = "run_clm" in config
     for log in LOGS:
