@@ -226,10 +226,11 @@ _DIAG = rx(r"\|\s*(NVLink|PCIe)[^|]*\|\s*Fail\b|(\d+) (?:active )?NvLinks?.*expe
 
 class NvlinkParser(Parser):
     name = "nvlink_inactive"
-    # the fabric manager by name, not "abric": that woke this reader on every "via NET/AWS Libfabric" channel line
-    triggers = ("GPU ", "Link ", "gpuId", "physicalId", "NVLink", "NvLink", "nvlink", "NVLINK", "abric manager",
-                "abric Manager", "abricmanager", "abricManager", "abric_manager", "ABRIC_MANAGER", "not yet initialized",
-                "SystemNotReady", "SYSTEM_NOT_READY")
+    # the fabric manager by name, not "abric": that woke this reader on every "via NET/AWS Libfabric" channel line;
+    # "GPU <digit>", not "GPU ": that woke it on every "throughput per GPU" iteration line of every rank
+    triggers = (*(f"GPU {d}" for d in range(10)), "Link ", "gpuId", "physicalId", "NVLink", "NvLink", "nvlink",
+                "NVLINK", "abric manager", "abric Manager", "abricmanager", "abricManager", "abric_manager",
+                "ABRIC_MANAGER", "not yet initialized", "SystemNotReady", "SYSTEM_NOT_READY")
     after = 1
 
     def __init__(self) -> None:

@@ -82,11 +82,12 @@ class Readings:
         self.first: tuple[float, int, str] | None = None
         self.low: tuple[float, int, str] | None = None
 
-    def add(self, value: float, line: int, text: str) -> None:
+    def add(self, value: float, line: int, text) -> None:
+        """`text`: the line, or a function that gives it (called only when this reading is kept as evidence)."""
         if self.first is None:
-            self.first = (value, line, text)
+            self.first = (value, line, text() if callable(text) else text)
         elif self.low is None or value < self.low[0]:
-            self.low = (value, line, text)
+            self.low = (value, line, text() if callable(text) else text)
         if len(self.values) < MAX_POINTS:
             self.values.append(value)
 

@@ -164,3 +164,44 @@ def test_a_reader_that_fails_chunk_wide_is_not_judged_again(tmp_path):
     sc.feed(iters(1))
     sc.feed(iters(2001))   # the broken reader, now switched off, is stepped over when the chunk is judged
     assert sc.bulk == [1] and "loss" in sc.failed and len(sc.parsers[1].steps) == 4000
+
+
+def test_megatron_throughput_read_chunk_wide_matches_line_by_line(engine, monkeypatch, tmp_path):
+    """Megatron's `throughput per GPU (TFLOP/s/GPU)` is read chunk-wide once a chunk shows it (issue 16): the same
+    readings, median, evidence and finding as line by line, also when a line is woken for another reason ("mfu")."""
+    from core.ingest import from_bytes
+    from parsers.scan import Scanner
+    from parsers.slow_util import UtilParser
+    subprocess.run([*GEN, "mixed", str(tmp_path / "m.log"), "--mb", "3"], capture_output=True, check=True)
+    low = (FIXTURES / "low_gpu_util" / "megatron_h100_low_tflops.log").read_text()
+    lines = low.splitlines()
+    at = next(i for i, t in enumerate(lines) if "TFLOP/s/GPU" in t)
+    lines[at] += " mfu check"   # also woken by "mfu": must not be read twice
+    cases = [(tmp_path / "m.log").read_bytes(), low.encode(), "\n".join(lines).encode()]
+    sc = Scanner([UtilParser()])
+    sc.feed(cases[2])
+    assert sc.bulk == [0] and len(sc.parsers[0].tflops) == low.count("TFLOP/s/GPU")
+    bulk = [engine.diagnose(from_bytes(c)).to_json_dict() for c in cases]
+    monkeypatch.setattr(UtilParser, "bulk_wanted", classmethod(lambda cls, sample: False))
+    plain = [engine.diagnose(from_bytes(c)).to_json_dict() for c in cases]
+    assert bulk == plain
+    assert [f["symptom"] for f in bulk[1]["findings"]] == ["low_gpu_util"] and bulk[0]["step_time"]["tflops_per_gpu"]
+
+
+def test_an_iteration_line_does_not_wake_the_nvlink_reader_but_nvidia_smi_does():
+    """Every rank's iteration line says "throughput per GPU": the NVLink reader is woken by "GPU <digit>"
+    (nvidia-smi's `GPU 0: NVIDIA H100 ...`), not by "GPU " (issue 16: 64k wasted feeds per 24 MiB mixed log)."""
+    from parsers.gpu import NvlinkParser
+    from parsers.scan import Scanner
+
+    class Counting(NvlinkParser):
+        def feed(self, hit):
+            self.fed = getattr(self, "fed", 0) + 1
+            super().feed(hit)
+    sc = Scanner([Counting()])
+    sc.feed(b"[rank3]: [2026-11-30 10:00:00] iteration 10/ 100 | elapsed time per iteration (ms): 3030.2 | "
+            b"throughput per GPU (TFLOP/s/GPU): 415.8 | lm loss: 2.5E+00 |\n" * 100)
+    assert getattr(sc.parsers[0], "fed", 0) == 0
+    sc.feed(b"GPU 3: NVIDIA H100 80GB HBM3 (UUID: GPU-5e1d2c3b)\n\t Link 0: <inactive>\n")
+    sc.close()
+    assert sc.parsers[0].fed == 2 and sc.parsers[0].down == {"GPU 3": [0]}

@@ -1,0 +1,155 @@
+"""low_gpu_util, part of the slow family (parsers/slow.py lists these readers with its own): the GPUs are busy far
+less than they could be. MFU / TFLOP/s readings and nvidia-smi utilisation samples."""
+from __future__ import annotations
+
+import re
+
+from core import instances as I
+from core.models import Finding
+from parsers.base import Context, Hit, Parser, rx, search
+from parsers.loss_series import line_of
+from parsers.scan import clean
+from parsers.step_series import Readings
+
+# low_gpu_util: the GPUs are busy far less than they could be. Two kinds of evidence, each over several readings:
+# - model FLOPs utilisation as trainers print it (torchtitan/nanoGPT/nanochat "mfu", llm.c "% bf16 MFU", Composer's
+#   throughput/device/mfu fraction) or TFLOP/s per GPU (Megatron --log-throughput, torchtitan "tflops") against
+#   the GPU's dense BF16 peak;
+# - the SM / GPU-util column of nvidia-smi dmon or --query-gpu CSV samples while a job runs.
+MFU_LOW_PCT = 25.0      # dense BF16 MFU under a quarter of peak is low; 30-45% is normal for LLM training
+UNNAMED_GPU_LOW_PCT = 8.0   # TFLOP/s on a GPU the log does not name: only a shortfall no datacenter GPU explains
+UTIL_LOW_PCT = 70.0     # the seeds' target: GPU utilisation at least 70%
+_MFU = rx(r"(?i)(?:\bmfu[:=]?\s+|throughput/device/mfu:\s*|\[MFU:\s*)(-?[\d.]+)(%)?|(-?[\d.]+)% bf16 MFU",
+          needs=("mfu",), fold=True)
+_TFLOPS = rx(r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)|\btflops:\s*([\d,.]+)", needs=("TFLOP/s/GPU", "tflops:"))
+_GPU_NAME = rx(r"NVIDIA (?:[A-Z]\w*\s)?([ABGHL]\d{2,3}\w*)")
+_DMON_HEAD = rx(r"^#\s*gpu\s+(?:\w+\s+)*?sm\b")
+_CSV_HEAD = rx(r"utilization\.gpu \[%\]")
+
+
+def _peak(gpu: str, ctx: Context) -> tuple[str, float | None]:
+    """The GPU's dense BF16 peak, from its name in the log or the instance family."""
+    name = gpu or I.GPU_BY_FAMILY.get(str(ctx.job.get("instance_family", "")), "")
+    return name, I.peak_tflops(name)
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+class UtilParser(Parser):
+    name = "low_gpu_util"
+    triggers = ("mfu", "MFU", "TFLOP/s/GPU", "tflops:", "NVIDIA ")
+    # Megatron's --log-throughput figure is on every iteration line of every rank: read chunk-wide once it shows
+    bulk = re.compile(rb"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)[^\n]*")
+    bulk_triggers = ("mfu", "MFU", "tflops:", "NVIDIA ")
+
+    @classmethod
+    def bulk_wanted(cls, sample: bytes) -> bool:
+        return cls.bulk.search(sample) is not None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mfu, self.tflops = Readings(), Readings()   # bounded: a 1 GB log has millions of readings
+        self.gpu = ""
+        self.bulk_no = 0   # the last line the chunk-wide pass read (0: it has not run)
+
+    def feed_bulk(self, no: int, m) -> None:
+        if no != self.bulk_no:   # one reading a line, the first, as the line-by-line path takes it
+            self.bulk_no = no
+            self.tflops.add(float(m.group(1)), no, lambda: clean(line_of(m)))
+
+    def feed(self, hit: Hit) -> None:
+        t = hit.text
+        if not self.gpu and "NVIDIA " in t and (g := search(_GPU_NAME, t)):
+            self.gpu = g.group(1)
+        m = search(_MFU, t)
+        if m:
+            value = float(m.group(1) or m.group(3))
+            if m.group(1) and not m.group(2) and value <= 1.5:
+                value *= 100   # a fraction (Composer) rather than a percentage
+            if value >= 0:     # nanoGPT prints -100% before it has timed a step
+                self.mfu.add(value, hit.no, t)
+        m = search(_TFLOPS, t)
+        if m and not (m.group(1) and self.bulk_no):   # Megatron's figure: read chunk-wide already
+            self.tflops.add(float((m.group(1) or m.group(2)).replace(",", "")), hit.no, t)
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        gpu, peak = _peak(self.gpu, ctx)
+        facts: dict = {}
+        if len(self.mfu) >= 2:
+            readings = (src := self.mfu).kept()   # the first logged step includes warm-up: kept() leaves it out
+            pct = round(src.median(), 2)
+            facts = {"mfu_pct": pct, "readings": len(readings)}
+        elif len(self.tflops) >= 2:
+            readings = (src := self.tflops).kept()
+            tf = src.median()
+            # an unnamed GPU is judged against the slowest datacenter peak (A100), and only a shortfall so large
+            # that no datacenter GPU would explain it counts (small or MoE test models run far below peak anyway)
+            pct = round(100 * tf / (peak or 312.0), 2)
+            facts = {"tflops_per_gpu": round(tf, 1), "mfu_pct": pct, "readings": len(readings),
+                     "peak_tflops": peak or 312.0}
+        limit = MFU_LOW_PCT if peak or "tflops_per_gpu" not in facts else UNNAMED_GPU_LOW_PCT
+        if gpu and peak and facts:
+            facts["gpu_model"] = gpu
+        keep = ("tflops_per_gpu", "gpu_model") + (("mfu_pct",) if peak or "tflops_per_gpu" not in facts else ())
+        ctx.throughput = {k: facts[k] for k in keep if k in facts}   # the run's throughput, symptom or not
+        if not facts or facts["mfu_pct"] >= limit:
+            return []
+        worst = src.worst()
+        self.ev.add(worst[1], worst[2])
+        title = (f"The GPUs run at {facts['mfu_pct']:g}% model FLOPs utilisation over {facts['readings']} logged "
+                 f"steps (under {MFU_LOW_PCT:g}%; 30-45% is normal for LLM training)")
+        return [Finding(symptom="low_gpu_util", rule="low_gpu_util.mfu", title=title, severity="warning",
+                        confidence=0.7, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
+
+
+class UtilSamplesParser(Parser):
+    """nvidia-smi dmon / --query-gpu CSV samples: the rows under the header carry no literal, so the header's hit
+    brings the rows after it."""
+    name = "low_gpu_util_samples"
+    triggers = ("# gpu", "utilization.gpu [%]")
+    after = 64
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.samples: list[float] = []
+        self.gpus: set[str] = set()
+        self.head: tuple[int, str] | None = None
+
+    def feed(self, hit: Hit) -> None:
+        t = hit.text
+        if search(_DMON_HEAD, t):
+            col, split = t.lstrip("#").split().index("sm"), str.split
+        elif search(_CSV_HEAD, t):
+            col = [c.strip() for c in t.split(",")].index("utilization.gpu [%]")
+            split = lambda row: [c.strip().rstrip(" %") for c in row.split(",")]   # noqa: E731
+        else:
+            return
+        self.head = self.head or (hit.no, t)
+        for row in hit.after:
+            if row.lstrip().startswith("#"):
+                continue
+            cells = split(row)
+            if len(cells) <= col or not cells[0].strip().isdigit():
+                break
+            try:
+                self.samples.append(float(cells[col]))
+            except ValueError:
+                continue
+            self.gpus.add(cells[0].strip())
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        # an idle GPU (every sample 0) is no job at all, not an underused one
+        if len(self.samples) < 3 or not any(self.samples) or self.head is None:
+            return []
+        util = round(_median(self.samples), 1)
+        if util >= UTIL_LOW_PCT:
+            return []
+        self.ev.add(*self.head)
+        facts = {"util_pct": util, "samples": len(self.samples), "gpus": len(self.gpus)}
+        title = (f"GPU utilisation is {util:g}% (median of {len(self.samples)} samples over {len(self.gpus)} GPU(s)), "
+                 f"under the {UTIL_LOW_PCT:g}% target")
+        return [Finding(symptom="low_gpu_util", rule="low_gpu_util.samples", title=title, severity="warning",
+                        confidence=0.65, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
