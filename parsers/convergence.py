@@ -110,6 +110,13 @@ class LossParser(Parser):
 
     def feed_bulk(self, no: int, m) -> None:
         it, rest = m.group(1, 2)
+        k = max(rest.find(b"lm loss:"), rest.find(b"lm_loss:"))   # Megatron-LM's or GPT-NeoX's spelling
+        if k >= 0:
+            e = rest.find(b"|", k)
+            loss = rest[k + 8:e if e >= 0 else len(rest)]
+            if it == self.bulk_last[0] and loss == self.bulk_last[1]:
+                return   # the same step as another rank printed it (the one bulk curve has a point per step)
+            self.bulk_last = (it, loss)
         it = int(it)
         e = rest.find(_ELAPSED_B)
         if e >= 0:   # (the line-by-line path's _elapsed, inlined: this runs for every line of a long log)
@@ -117,14 +124,9 @@ class LossParser(Parser):
                 self.steps.add(it, float(rest[e + _ELAPSED_N:rest.find(b"|", e)]) / 1000, no)
             except ValueError:
                 pass
-        k = rest.find(b"lm loss:")
-        if k < 0:
-            k = rest.find(b"lm_loss:")
-            if k < 0:  # an iteration line without a loss (grad norm only, NaN counts): the line-by-line reading
-                self.feed(Hit(no, _line(m).decode("utf-8", "replace")))
-                return
-        e = rest.find(b"|", k)
-        loss = rest[k + 8:e if e >= 0 else len(rest)]
+        if k < 0:  # an iteration line without a loss (grad norm only, NaN counts): the line-by-line reading
+            self.feed(Hit(no, _line(m).decode("utf-8", "replace")))
+            return
         i = rest.find(b"grad norm:")
         j = rest.find(b"nan iterations:")
         try:
@@ -162,6 +164,7 @@ class LossParser(Parser):
         self.term_nan = 0        # NaN/Inf loss terms outside the main loss series
         self.term_key = ""
         self.bulk_series: Series | None = None
+        self.bulk_last: tuple[bytes, bytes] = (b"", b"")   # the bulk curve's last step and loss, as printed
 
     def _series(self, key: str) -> Series:
         s = self.series.get(key)

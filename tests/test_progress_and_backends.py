@@ -149,6 +149,27 @@ def test_bulk_reading_starts_after_a_long_nccl_set_up(tmp_path):
     assert sc.bulk == [0] and len(sc.parsers[0].steps) == 20000
 
 
+def test_the_chunk_wide_loss_curve_has_one_point_per_step_when_several_ranks_print_it():
+    """The last pipeline stage's ranks may all print the same step: the one bulk curve takes it once, so a spike is
+    one spike and its evidence is the steps before it, not copies of one step (issue 16's mixed log)."""
+    from parsers.base import Context
+    from parsers.convergence import LossParser
+    from parsers.scan import Scanner
+    lines = []
+    for it in range(1, 3001):
+        loss = 7.9 if it == 1500 else 2.5 - it * 1e-5
+        lines += [b"[rank%d]: iteration %8d/ 9000 | elapsed time per iteration (ms): %.1f | lm loss: %.6E | "
+                  b"grad norm: 0.250 | number of nan iterations:   0 |" % (r, it, 3000.0 + r, loss) for r in (4, 5, 6, 7)]
+    sc = Scanner([LossParser()])
+    sc.feed(b"\n".join(lines) + b"\n")
+    sc.close()
+    assert sc.bulk == [0]
+    spike = next(f for f in sc.parsers[0].finish(Context()) if f.symptom == "loss_spike")
+    assert spike.facts["spikes"] == 1 and spike.facts["line"] == 4 * 1499 + 1
+    steps = [e.text.split("|")[0].split()[-2] for e in spike.evidence]
+    assert len(set(steps)) == len(steps) and "1500/" in steps
+
+
 def test_a_reader_that_fails_chunk_wide_is_not_judged_again(tmp_path):
     """The per-chunk bulk judging must step over a reader that was switched off after raising."""
     from parsers.convergence import LossParser
