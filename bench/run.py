@@ -77,6 +77,32 @@ def slack_latency(n: int = 40) -> tuple[float, float]:
     return p95(acks), p95(answers)
 
 
+def _backends_and_hf(work: Path, mb: int, literals: Path, backend: str, target) -> None:
+    """The pure-Python scanner against the default one on a mixed log; a tqdm-heavy HF Trainer + DeepSpeed log
+    against the shell pipeline that gives the same answers."""
+    log = work / f"mixed-{mb}mb.log"   # the pure-Python scanner (ARM, the Docker image) on the same kind of log
+    gen("mixed", log, mb)
+    fast, _, _ = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
+    os.environ["TRIAGE_SCAN_BACKEND"] = "re"
+    try:
+        slow, _, _ = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
+    finally:
+        del os.environ["TRIAGE_SCAN_BACKEND"]
+    target(f"mixed log {mb} MiB, pure-Python scanner / {backend}", f"{slow / fast:.2f}x ({slow:.2f} s vs "
+           f"{fast:.2f} s)", "<= 3x", slow <= 3 * fast)
+
+    log = work / f"hf-{mb}mb.log"
+    info = gen("hf", log, mb)
+    tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
+    grep, _, _ = best_of(3, ["grep", "-c", "-F", "-f", str(literals), str(log)])
+    series, _, _ = best_of(3, ["sh", "-c", f"LC_ALL=C grep -oE \"'loss': [0-9.e-]+\" '{log}' | wc -l"])
+    target(f"HF Trainer + DeepSpeed log {mb} MiB (tqdm carriage-return redraws, a loss dict every 10 steps), "
+           "triage / (grep -F 25 literals + grep -oE loss)", f"{tri / (grep + series):.2f}x ({tri:.2f} s vs "
+           f"{grep + series:.2f} s), RSS {rss} MiB", "<= 3x, <= 200 MiB", tri <= 3 * (grep + series) and rss <= 200)
+    target("HF log: loss spike found at its line", str(check_found(json.loads(out), info)), "True",
+           check_found(json.loads(out), info))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nccl-mb", type=int, default=1024)
@@ -134,12 +160,15 @@ def main(argv=None) -> int:
     info = gen("mixed", log, a.mixed_mb)
     tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
     grep, _, _ = best_of(3, ["grep", "-c", "-F", "-f", str(literals), str(log)])
-    series, _, _ = best_of(3, ["sh", "-c", f"LC_ALL=C grep -oE 'lm loss: [0-9.E+-]+' '{log}' > /dev/null"])
+    # into a pipe: GNU grep writing to /dev/null stops at the first match
+    series, _, _ = best_of(3, ["sh", "-c", f"LC_ALL=C grep -oE 'lm loss: [0-9.E+-]+' '{log}' | wc -l"])
     target(f"mixed 512-rank log {a.mixed_mb} MiB ([rankN]: prefixes, NCCL set-up + iterations), triage / "
            "(grep -F 25 literals + grep -oE loss)", f"{tri / (grep + series):.2f}x ({tri:.2f} s vs "
            f"{grep + series:.2f} s), RSS {rss} MiB", "<= 1.0x, <= 200 MiB", tri <= grep + series and rss <= 200)
     target("mixed log: OOM and loss spike found at their lines", str(check_found(json.loads(out), info)), "True",
            check_found(json.loads(out), info))
+
+    _backends_and_hf(work, a.train_mb, literals, backend, target)
 
     paste = b"".join((ROOT / "tests" / "fixtures" / "cuda_oom" / "new_format_fragmented.log").read_bytes()
                      .splitlines(keepends=True) * 3)[:50 * 200]

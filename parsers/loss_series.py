@@ -105,6 +105,9 @@ class Series:
 
 
 _HF_BAIL = ("nan", "inf", "overflow", "scale", "step", "iteration", "|", "{", "}")
+_NUM = r"'?(-?\d+(?:\.\d*)?(?:e[-+]?\d+)?)'?"
+# The Trainer's usual four keys with plain numbers (4.x prints them bare, 5.x quoted): one C-level match for most lines
+_HF_PLAIN = re.compile(rf"\{{'loss': {_NUM}, 'grad_norm': {_NUM}, 'learning_rate': {_NUM}, 'epoch': {_NUM}\}}\s*\Z")
 
 
 def hf_dict(t: str) -> tuple[float, float, float, bool] | None:
@@ -112,6 +115,9 @@ def hf_dict(t: str) -> tuple[float, float, float, bool] | None:
     string operations (the regexes cost most of an HF log's time): (loss, grad norm or NaN when absent, -epoch-1 as
     the loss parser stores an epoch, whether a grad norm was printed). None for anything unusual (a NaN or Inf, a
     step, a prefix, nested values): the loss parser's general path reads those lines."""
+    m = _HF_PLAIN.match(t)
+    if m:
+        return float(m.group(1)), float(m.group(2)), -float(m.group(4)) - 1, True
     if not (t.startswith("{'loss': ") and t.rstrip().endswith("}")):
         return None
     body = t.strip()[1:-1]

@@ -21,6 +21,15 @@ def clean(raw: bytes, focus: int = 0) -> str:
     if len(raw) > MAX_TEXT:
         start = max(0, min(focus - MAX_TEXT // 2, len(raw) - MAX_TEXT))
         raw = raw[start:start + MAX_TEXT]
+    if b"\r" in raw and b"\x1b" not in raw:   # a tqdm line: decode only the last segment that shows something
+        end = len(raw)
+        while end >= 0:
+            start = raw.rfind(b"\r", 0, end) + 1
+            seg = raw[start:end].decode("utf-8", errors="replace")
+            if seg.strip():
+                return seg
+            end = start - 1
+        return ""
     text = raw.decode("utf-8", errors="replace")
     if "\x1b" in text:
         text = _ANSI.sub("", text)

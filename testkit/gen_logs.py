@@ -4,6 +4,7 @@
     python testkit/gen_logs.py megatron OUT.log --mb 200  # Megatron training log with one loss spike
     python testkit/gen_logs.py mixed OUT.log --mb 1024    # a 512-rank torchrun log: [rankN]: prefixes, NCCL INFO
                                                           # set-up interleaved with Megatron iterations, an OOM
+    python testkit/gen_logs.py hf OUT.log --mb 200        # HF Trainer + DeepSpeed fp16 with tqdm written to a file
 
 Prints a JSON object with the injected failures and their line numbers."""
 from __future__ import annotations
@@ -173,13 +174,53 @@ def gen_mixed(path: str, mb: int, seed: int = 3) -> dict:
     return {"file": path, "bytes": out.written, "lines": out.lineno, "injected": injected}
 
 
+def _bar(step: int, total: int, sec: float) -> str:
+    pct = 100 * step // total
+    fill = "█" * (pct // 10) + ("▍" if pct % 10 >= 5 else "")
+    el, rem = int(step * sec), int((total - step) * sec)
+    return (f"\r{pct:3d}%|{fill:<10}| {step}/{total} [{el // 3600:02d}:{el // 60 % 60:02d}:{el % 60:02d}<"
+            f"{rem // 3600:02d}:{rem // 60 % 60:02d}:{rem % 60:02d}, {sec:.2f}s/it]")
+
+
+def gen_hf(path: str, mb: int, seed: int = 4) -> dict:
+    """An HF Trainer run under DeepSpeed fp16 with stdout and stderr in one file, as `python train.py > log 2>&1`
+    leaves it: tqdm redraws its bar with carriage returns, so a physical line is a run of bar updates ending in what
+    was printed (a loss dict every 10 steps after tqdm.write's clearing, DeepSpeed's OVERFLOW lines glued to the bar
+    while the loss scale settles); one loss spike half-way."""
+    rng = random.Random(seed)
+    target, total, step, spike_line = mb << 20, 2_000_000, 0, None
+    with open(path, "w") as f:
+        out, lines, pending = Out(f), [], []
+        while out.written < target:
+            step += 1
+            pending.append(_bar(step, total, 1.9 + rng.random() * 0.2))
+            if step <= 35 and step % 7 == 0:   # 65536 down to 2048, then the scale holds
+                lines.append("".join(pending) + "[2026-11-30 10:00:00,018] [INFO] [loss_scaler.py:183:update_scale] "
+                             f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {2 ** (17 - step // 7)}"
+                             f", reducing to {2 ** (16 - step // 7)}")
+                pending = []
+            elif step % 10 == 0:
+                loss, g = 2.5 - step * 2e-7 + rng.uniform(-0.02, 0.02), 0.8 + rng.uniform(-0.1, 0.1)
+                if spike_line is None and out.written >= target // 2:
+                    loss, g = 7.91, 144.2
+                    spike_line = out.lineno + len(lines) + 1
+                lines.append("".join(pending) + "\r" + " " * 60 + f"\r{{'loss': {loss:.4f}, 'grad_norm': {g:.4f}, "
+                             f"'learning_rate': {2e-5 * (1 - step / total):.4e}, 'epoch': {step / 20000:.2f}}}")
+                pending = []
+            if len(lines) >= 2000:
+                out.emit(lines)
+                lines = []
+        out.emit(lines)
+    return {"file": path, "bytes": out.written, "lines": out.lineno, "injected": {"loss_spike": spike_line}}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kind", choices=["nccl", "megatron", "mixed"])
+    ap.add_argument("kind", choices=["nccl", "megatron", "mixed", "hf"])
     ap.add_argument("out")
     ap.add_argument("--mb", type=int, default=100)
     a = ap.parse_args(argv)
-    info = {"nccl": gen_nccl, "megatron": gen_megatron, "mixed": gen_mixed}[a.kind](a.out, a.mb)
+    info = {"nccl": gen_nccl, "megatron": gen_megatron, "mixed": gen_mixed, "hf": gen_hf}[a.kind](a.out, a.mb)
     print(json.dumps(info))
     return 0
 

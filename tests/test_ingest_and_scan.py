@@ -45,6 +45,17 @@ def test_clean_strips_ansi_and_keeps_last_carriage_return_redraw():
     assert clean(raw) == "[E] NEEDLE found"
 
 
+def test_a_tqdm_line_shows_its_last_segment_with_something_in_it():
+    """Without colour codes only the last visible segment is decoded (issue 16); blank means blank once decoded:
+    a no-break space or a file separator is whitespace, a broken UTF-8 byte is not."""
+    bar = " 10%|█         | 1/10 [00:01<00:09, 1.00s/it]".encode()
+    assert clean(bar + b"\r" + bar + b"\r" + b" " * 40 + b"\r{'loss': 2.1}") == "{'loss': 2.1}"
+    assert clean(b"{'loss': 2.1}\r" + "\u00a0".encode() + b"\r\x1c\r  ") == "{'loss': 2.1}"
+    assert clean(b"a\r\xff\r ") == "\ufffd"
+    assert clean(b"\r \r\t\r") == ""
+    assert clean("x\r\u00e9t\u00e9".encode()) == "\u00e9t\u00e9"
+
+
 def test_crlf_ansi_tqdm_log_keeps_line_numbers(run):
     lines = ["\x1b[32mepoch 1\x1b[0m", " 5%|#   | 1/20\r 10%|##  | 2/20", "ok", WATCHDOG.format(r=0),
              WATCHDOG.format(r=1)]

@@ -226,3 +226,18 @@ def test_an_iteration_line_does_not_wake_the_nvlink_reader_but_nvidia_smi_does()
     sc.feed(b"GPU 3: NVIDIA H100 80GB HBM3 (UUID: GPU-5e1d2c3b)\n\t Link 0: <inactive>\n")
     sc.close()
     assert sc.parsers[0].fed == 2 and sc.parsers[0].down == {"GPU 3": [0]}
+
+
+def test_the_tqdm_heavy_hf_benchmark_log_is_read_right_by_both_scanners(books, tmp_path):
+    """The benchmark's HF Trainer + DeepSpeed input (issue 16): carriage-return bar redraws before every printed
+    line; the settling fp16 loss scale is no finding, the spike is found at its line by both scanner backends."""
+    from core.ingest import from_bytes
+    from engine import Engine
+    path = tmp_path / "hf.log"
+    info = json.loads(subprocess.run([*GEN, "hf", str(path), "--mb", "2"], capture_output=True, check=True).stdout)
+    backends = ("re", "hyperscan") if importlib.util.find_spec("hyperscan") else ("re",)
+    docs = [Engine(books, backend=b).diagnose(from_bytes(path.read_bytes(), path.name)) for b in backends]
+    assert [f.symptom for f in docs[0].findings] == ["loss_spike"]
+    assert docs[0].findings[0].facts["line"] == info["injected"]["loss_spike"]
+    assert docs[0].findings[0].evidence[-1].text.startswith("{'loss': ")   # the dict, not the bar before it
+    assert all(x.to_json_dict() == docs[0].to_json_dict() for x in docs[1:])

@@ -1,6 +1,7 @@
 """Issue 15: step times from any format, summarised as facts (slow outliers, a lasting slowdown) even when no
 symptom fires."""
 import random
+import re
 
 from bot.render import diagnosis_text
 from bot.slack_blocks import diagnosis_blocks
@@ -128,3 +129,20 @@ def test_a_huge_run_s_throughput_median_is_exact_without_millions_of_python_floa
     for v in (100.0, 300.0, 200.0):
         small.add(v, 1, "x")
     assert small.median() == 250.0 and small.worst()[0] == 200.0   # the warm-up reading is left out from three on
+
+
+def test_the_one_match_reading_of_an_hf_dict_agrees_with_the_field_by_field_one(monkeypatch):
+    """The usual four keys are read with one compiled match (issue 16); anything else falls through to the field
+    reading, and both give the same answer: 4.x bare numbers, 5.x quoted ones, exponents, NaN/Inf, extra keys."""
+    import parsers.loss_series as ls
+    lines = ["{'loss': 2.5015, 'grad_norm': 0.7553, 'learning_rate': 2.0000e-05, 'epoch': 0.01}",
+             "{'loss': '6.813', 'grad_norm': '0.6016', 'learning_rate': '0.0003', 'epoch': '0.03125'}\n",
+             "{'loss': 3, 'grad_norm': 1e-05, 'learning_rate': 1.9e-05, 'epoch': 2.}  ",
+             "{'loss': nan, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.5}",
+             "{'loss': 2.1, 'grad_norm': inf, 'learning_rate': 1e-05, 'epoch': 0.5}",
+             "{'loss': 2.1, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'num_tokens': 4096.0, 'epoch': 0.5}",
+             "{'loss': 2.1, 'learning_rate': 1e-05, 'epoch': 0.5}"]
+    quick = [ls.hf_dict(t) for t in lines]
+    assert [ls._HF_PLAIN.match(t) is not None for t in lines] == [True, True, True, False, False, False, False]
+    monkeypatch.setattr(ls, "_HF_PLAIN", re.compile(r"(?!)"))
+    assert quick == [ls.hf_dict(t) for t in lines] and quick[1] == (6.813, 0.6016, -1.03125, True)
