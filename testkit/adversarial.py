@@ -8,4 +8,5 @@ ADVERSARIAL_LINES = [
     "Expert usage: tensor([" + "1," * 4000 + "])", "Unable to register memory (type = " + "2" * 3000,
     "gpuId 0:\n" + "D " * 3000, "NCCL version " + "2." * 3000, "comm 0x" + "f" * 3000 + " rank 1 nranks 9",
     "Got completion from peer " + "1." * 2000 + " with status=12", "OSError: [Errno 12] " + "Cannot " * 1000,
+    "{'loss': nan, 'buffer': '0x" + "f" * 3000,   # full case folding ("ff" = U+FB00) made this exponential
 ]

@@ -156,3 +156,48 @@ def test_an_archive_over_the_member_cap_says_how_many_were_skipped(tmp_path):
         r = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", *args], input=data, cwd=ROOT,
                            capture_output=True, timeout=120)
         assert r.returncode == 0 and f"only the first {MAX_MEMBERS} of {MAX_MEMBERS + 6} files".encode() in r.stderr
+
+
+def _patterns():
+    """Every rx pattern the parsers and collectors define (module level, or inside a rule table)."""
+    import pkgutil
+    from importlib import import_module
+
+    import parsers
+    from parsers.base import rx
+    seen: dict[int, tuple[str, rx]] = {}
+
+    def walk(name, value, depth=0):
+        if isinstance(value, rx):
+            seen.setdefault(id(value), (name, value))
+        elif isinstance(value, (tuple, list)) and depth < 3:
+            for v in value:
+                walk(name, v, depth + 1)
+    for info in pkgutil.walk_packages(parsers.__path__, "parsers."):
+        mod = import_module(info.name)
+        for k, v in vars(mod).items():
+            walk(f"{info.name}.{k}", v)
+    return list(seen.values())
+
+
+def test_no_pattern_backtracks_for_long_on_a_line_short_enough_to_search_untimed():
+    """Lines up to RX_UNTIMED characters are searched without the regex timeout (issue 16: the timeout's clock reads
+    cost more than most searches). Every pattern, on adversarial text of that length made from its own fixed words
+    and the characters patterns repeat, must finish quickly — a nested quantifier would not."""
+    from parsers.base import RX_UNTIMED
+    patterns = _patterns()
+    assert len(patterns) > 100
+    slow = []
+    for name, p in patterns:
+        texts = [line[:RX_UNTIMED] for line in ADVERSARIAL_LINES]
+        texts += [(w + c * RX_UNTIMED)[:RX_UNTIMED] for w in (*p.needs, "") for c in " a1.:([,|-_/\t9e"]
+        for t in texts:
+            t0 = time.perf_counter()
+            try:
+                list(p.compiled.finditer(t, timeout=2.0))
+            except TimeoutError:
+                slow.append((name, t[:40], "timeout"))
+                continue
+            if time.perf_counter() - t0 > 0.05:
+                slow.append((name, t[:40], f"{time.perf_counter() - t0:.3f} s"))
+    assert slow == []
