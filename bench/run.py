@@ -167,6 +167,13 @@ def main(argv=None) -> int:
            f"{grep + series:.2f} s), RSS {rss} MiB", "<= 1.0x, <= 200 MiB", tri <= grep + series and rss <= 200)
     target("mixed log: OOM and loss spike found at their lines", str(check_found(json.loads(out), info)), "True",
            check_found(json.loads(out), info))
+    os.environ["TRIAGE_MAX_BYTES"] = str(a.mixed_mb << 19)   # half the file: its head and tail are read
+    try:
+        tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
+    finally:
+        del os.environ["TRIAGE_MAX_BYTES"]
+    target(f"the same log over the size cap (TRIAGE_MAX_BYTES = {a.mixed_mb // 2} MiB: head and tail read), peak RSS",
+           f"{rss} MiB ({tri:.2f} s, truncated: {json.loads(out)['input']['truncated']})", "<= 200 MiB", rss <= 200)
 
     _backends_and_hf(work, a.train_mb, literals, backend, target)
 

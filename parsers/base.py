@@ -62,13 +62,15 @@ class Reader:
     """What the scanner feeds: trigger literals, and the lines that contain one (with `before`/`after` context).
 
     A reader may also read its dominant line format chunk-wide: `bulk` is a bytes regex run over whole chunks while
-    `bulk_wanted` (judged on the first MiB) holds, and then only `bulk_triggers` are read line by line."""
+    `bulk_wanted` (judged on the first MiB) holds, and then only `bulk_triggers` are read line by line. The matches
+    go to `feed_bulk` one by one, or the whole chunk to `feed_chunk` where a reader defines it."""
     name: ClassVar[str]
     triggers: ClassVar[tuple[str, ...]]
     before: ClassVar[int] = 0
     after: ClassVar[int] = 0
     bulk: ClassVar[Any] = None
     bulk_triggers: ClassVar[tuple[str, ...]] = ()
+    feed_chunk: Any = None   # (buf, first line number - 1): set by a reader that takes a whole chunk in one go
 
     @classmethod
     def bulk_wanted(cls, sample: bytes) -> bool:

@@ -199,6 +199,9 @@ class Scanner:
             parser, no, at = self.parsers[i], start_no, 0
             feed = parser.feed_bulk
             try:
+                if parser.feed_chunk is not None:   # the reader takes the whole chunk at once
+                    parser.feed_chunk(buf, start_no)
+                    continue
                 for m in parser.bulk.finditer(buf):
                     start = m.start()
                     no += count(b"\n", at, start)

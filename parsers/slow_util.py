@@ -3,6 +3,7 @@ less than they could be. MFU / TFLOP/s readings and nvidia-smi utilisation sampl
 from __future__ import annotations
 
 import re
+from itertools import islice
 
 from core import instances as I
 from core.models import Finding
@@ -53,12 +54,17 @@ class UtilParser(Parser):
         super().__init__()
         self.mfu, self.tflops = Readings(), Readings()   # bounded: a 1 GB log has millions of readings
         self.gpu = ""
-        self.bulk_no = 0   # the last line the chunk-wide pass read (0: it has not run)
+        self.bulk_read = False   # whether the chunk-wide pass has run (it then owns Megatron's figure)
 
-    def feed_bulk(self, no: int, m) -> None:
-        if no != self.bulk_no:   # one reading a line, the first, as the line-by-line path takes it
-            self.bulk_no = no
-            self.tflops.add(float(m.group(1)), no, lambda: clean(line_of(m)))
+    def feed_chunk(self, buf: bytes, start_no: int) -> None:
+        """A chunk's figures in one findall (the pattern takes the rest of the line, so one a line, the first, as
+        the line-by-line path takes it); a line is located only for the readings kept as evidence."""
+        self.bulk_read = True
+
+        def locate(k: int) -> tuple[int, str]:
+            m = next(islice(self.bulk.finditer(buf), k, None))
+            return start_no + buf.count(b"\n", 0, m.start()) + 1, clean(line_of(m))
+        self.tflops.extend([float(v) for v in self.bulk.findall(buf)], locate)
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
@@ -72,7 +78,7 @@ class UtilParser(Parser):
             if value >= 0:     # nanoGPT prints -100% before it has timed a step
                 self.mfu.add(value, hit.no, t)
         m = search(_TFLOPS, t)
-        if m and not (m.group(1) and self.bulk_no):   # Megatron's figure: read chunk-wide already
+        if m and not (m.group(1) and self.bulk_read):   # Megatron's figure: read chunk-wide already
             self.tflops.add(float((m.group(1) or m.group(2)).replace(",", "")), hit.no, t)
 
     def finish(self, ctx: Context) -> list[Finding]:

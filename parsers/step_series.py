@@ -91,6 +91,20 @@ class Readings:
         if len(self.values) < MAX_POINTS:
             self.values.append(value)
 
+    def extend(self, values: list[float], locate) -> None:
+        """Many readings at once, as add() would keep them one by one: `locate(k)` gives the line number and text of
+        the k-th, asked only for the first reading and a new lowest one."""
+        if not values:
+            return
+        k0 = 0
+        if self.first is None:
+            self.first, k0 = (values[0], *locate(0)), 1
+        rest = values[k0:]
+        low = min(rest, default=None)
+        if low is not None and (self.low is None or low < self.low[0]):
+            self.low = (low, *locate(k0 + rest.index(low)))
+        self.values.extend(values[:max(0, MAX_POINTS - len(self.values))])
+
     def __len__(self) -> int:
         return len(self.values)
 

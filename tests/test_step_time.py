@@ -146,3 +146,29 @@ def test_the_one_match_reading_of_an_hf_dict_agrees_with_the_field_by_field_one(
     assert [ls._HF_PLAIN.match(t) is not None for t in lines] == [True, True, True, False, False, False, False]
     monkeypatch.setattr(ls, "_HF_PLAIN", re.compile(r"(?!)"))
     assert quick == [ls.hf_dict(t) for t in lines] and quick[1] == (6.813, 0.6016, -1.03125, True)
+
+
+def test_readings_taken_a_chunk_at_a_time_keep_what_one_at_a_time_keeps():
+    """Readings.extend (a chunk's TFLOP/s figures in one findall, issue 16) keeps the same values, first reading
+    and lowest one (earliest among equals) as add() one by one, and asks where a reading is only for those two."""
+    from parsers.step_series import Readings
+    rnd = random.Random(11)
+    for _ in range(300):
+        values = [float(rnd.choice([400, 410, 415, 420, 3])) for _ in range(rnd.randint(0, 40))]
+        one = Readings()
+        for k, v in enumerate(values):
+            one.add(v, k + 1, f"line {k + 1}")
+        many, asked, at = Readings(), [], 0
+        while at < len(values):
+            n = rnd.randint(1, 9)
+            part = values[at:at + n]
+
+            def locate(k, at=at):
+                asked.append(at + k)
+                return at + k + 1, f"line {at + k + 1}"
+            many.extend(part, locate)
+            at += n
+        assert (many.values, many.first, many.low) == (one.values, one.first, one.low)
+        # located: the first reading, then only readings lower than every one before them (after the first)
+        assert asked[:1] == ([0] if values else [])
+        assert all(values[k] < v for k in asked[1:] for v in values[1:k])
