@@ -8,23 +8,13 @@ import sys
 
 from bot.settings import Settings, SettingsError
 from core.ingest import UnusableInput
-from core.facts import LOG_HOLDS_HOST
+from bot.emit import Emitter
 from playbooks.engine import PlaybookError
 from bot.wiring import engine as _engine, store as _store
 
 
-def _record(store, d, job: str | None) -> int | None:
-    """Store one diagnosis; a full or broken database is one line on stderr, and the diagnosis is still shown."""
-    import sqlite3
-    try:
-        return store.record(d, source="cli", job_key=job or "")
-    except sqlite3.Error as e:
-        print(f"triage: {d.input.name}: not stored in TRIAGE_DB ({e})", file=sys.stderr)
-        return None
-
-
 def cmd_diagnose(args, settings: Settings) -> int:
-    from bot.render import diagnosis_text, json_safe, terminal_safe
+    from bot.render import terminal_safe
     engine = _engine(settings)
     store = _store(settings) if (args.record or args.llm) else None
     phraser = _phraser(settings, store) if args.llm else None
@@ -32,15 +22,19 @@ def cmd_diagnose(args, settings: Settings) -> int:
     config = _read_config(args.config) if args.config else None
     if args.config and config is None:
         return 2
+    from bot.parallel import jobs_for
     from core.inputs import log_paths
     paths, notes = log_paths(args.files)
     for note in notes:
         print(terminal_safe(f"triage: {note}"), file=sys.stderr)
+    emit = Emitter(args, store, phraser, config)
+    jobs = jobs_for(args.jobs, paths, args.together)
+    if jobs > 1:
+        return _diagnose_in_pool(paths, settings, args.lang, jobs, emit)
     if args.together:
         inputs = _joined(paths, settings.max_bytes, _dir_label(args.files, len(paths)))
     else:
         inputs = _inputs(paths, settings.max_bytes)
-    shares = 0   # diagnoses of one node's share of a multi-node job
     for src, progress in inputs:
         if src is None:
             status = 2
@@ -53,30 +47,23 @@ def cmd_diagnose(args, settings: Settings) -> int:
             continue
         if progress is not None:
             sys.stderr.write("\n")
-        shares += any(LOG_HOLDS_HOST in f.facts for f in d.findings)
-        did = _record(store, d, args.job) if (store is not None and args.record) else None
-        phrasing = phraser.phrase(d, args.lang, did) if phraser else None
-        if phrasing is not None and phrasing.answer is None and d.findings:
-            print(f"triage: LLM answer not used ({phrasing.reason}); showing the deterministic diagnosis",
-                  file=sys.stderr)
-        fix = _patch(d, args.config, config) if config is not None and d.findings else None
-        if args.json:
-            doc = d.to_json_dict()
-            if fix is not None:
-                doc["diff"], doc["not_applied"] = fix.diff, fix.not_applied
-            if phrasing is not None:
-                doc["phrasing"] = {"model": phrasing.model, "lang": phrasing.lang, "outcome": phrasing.reason,
-                                   "answer": phrasing.answer.model_dump() if phrasing.answer else None}
-            print(json_safe(json.dumps(doc, ensure_ascii=False)))
-        else:
-            print(terminal_safe(diagnosis_text(d, args.lang, phrasing)))
-            if fix is not None:
-                print(terminal_safe(_fix_text(fix, args.config)))
-        sys.stdout.flush()
-    if shares > 1:
-        print(f"triage: {shares} of these logs each hold one node's ranks of a multi-node job; read them as one "
-              "with --together to see which rank is behind", file=sys.stderr)
-    return status
+        emit(d)
+    return max(status, emit.done())
+
+
+def _diagnose_in_pool(paths, settings: Settings, lang: str, jobs: int, emit) -> int:
+    """--jobs: the files in worker processes, printed in the order given, as one by one would print them."""
+    from bot.parallel import diagnose_files
+    from bot.render import terminal_safe
+    status = 0
+    for outcomes in diagnose_files(paths, settings, lang, jobs):
+        for kind, value in outcomes:
+            if kind == "doc":
+                emit(value)
+                continue
+            status = status if kind == "note" else 2
+            print(f"triage: {value}" if kind == "bad" else terminal_safe(f"triage: {value}"), file=sys.stderr)
+    return max(status, emit.done())
 
 
 def _read_config(path: str) -> str | None:
@@ -88,19 +75,6 @@ def _read_config(path: str) -> str | None:
     except (OSError, UnicodeDecodeError, ValueError) as e:
         print(f"triage: {path}: cannot use it as a config ({type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
         return None
-
-
-def _patch(d, path: str, text: str):
-    from bot.patch import patch
-    return patch(d, os.path.basename(path), text)
-
-
-def _fix_text(fix, path: str) -> str:
-    head = f"Fix as a diff of {path}" + (f" (step {fix.step})" if fix.step else "") + ":"
-    out = [head, fix.diff.rstrip("\n") if fix.diff else "  (nothing in this file to change)"]
-    if fix.not_applied:
-        out += ["Not applied (later steps to try next, or not a setting of this file):"] + [f"  - {x}" for x in fix.not_applied]
-    return "\n".join(out)
 
 
 def _inputs(paths: list[tuple[str, str]], max_bytes: int):
@@ -288,6 +262,12 @@ def _logging() -> None:
     logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 
+def _jobs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of processes, 1 or more, not {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="triage", description="Triage distributed-training logs (PyTorch, NCCL, EFA).")
     sub = p.add_subparsers(dest="command", required=True)
@@ -308,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--together", action="store_true",
                    help="read all files (and archive members) as one job's log: one diagnosis, ranks compared "
                         "across files, evidence as file:line")
+    d.add_argument("--jobs", type=_jobs, default=0, metavar="N",
+                   help="diagnose separate files in N worker processes, answers in the order given (default: all "
+                        "cores for several files of 64 MiB or more in all; 1: one by one)")
     d.set_defaults(func=cmd_diagnose)
     s = sub.add_parser("serve", help="run the Slack bot (Socket Mode if SLACK_APP_TOKEN is set, else HTTP)",
                        description="Run the Slack bot. Needs SLACK_BOT_TOKEN, and SLACK_APP_TOKEN (Socket Mode) or "

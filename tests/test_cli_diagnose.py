@@ -199,3 +199,42 @@ def test_facts_read_as_values_and_the_drain_command_names_the_host_from_the_log(
     no_host = triage("diagnose", "-", stdin=b"NVRM: Xid (PCI:0000:a8:00): 79, pid=1, name=python3, GPU has fallen "
                                               b"off the bus.\n").stdout.decode()
     assert "nodename=<node>" in no_host
+
+
+def test_jobs_diagnoses_files_in_worker_processes_with_the_same_output_in_the_same_order(tmp_path):
+    """--jobs N (issue 16): separate files in N processes print exactly what one by one prints, in the order given:
+    JSON and text, an archive's members, a file that is not a log and one that does not exist (exit 2 for both),
+    and the hint for node shares read separately."""
+    import shutil
+    import tarfile
+    from test_together import NODES
+    shutil.copy(FIXTURES / "cuda_oom" / "new_format_fragmented.log", tmp_path / "a.log")
+    (tmp_path / "empty.log").write_bytes(b"")
+    with tarfile.open(tmp_path / "logs.tar.gz", "w:gz") as tar:
+        tar.add(FIXTURES / "loss_spike" / "megatron_spike.log", arcname="run/spike.log")
+        tar.add(FIXTURES / "nccl_timeout" / "lagging_rank.log", arcname="run/timeout.log")
+    files = [str(tmp_path / "a.log"), str(tmp_path / "empty.log"), str(tmp_path / "logs.tar.gz"),
+             str(tmp_path / "missing.log"), *map(str, NODES)]
+    for fmt in (["--json"], []):
+        one = triage("diagnose", *fmt, "--jobs", "1", *files)
+        many = triage("diagnose", *fmt, "--jobs", "3", *files)
+        assert (many.returncode, many.stdout, many.stderr) == (one.returncode, one.stdout, one.stderr)
+    assert one.returncode == 2 and one.stdout.decode().count("ROOT CAUSE") == 5
+    assert b"empty.log: input is empty" in one.stderr and b"missing.log" in one.stderr
+    assert b"2 of these logs each hold one node's ranks" in one.stderr
+    bad = triage("diagnose", "--jobs", "0", files[0])
+    assert bad.returncode == 2 and b"--jobs takes a whole number of processes" in bad.stderr and bad.stdout == b""
+
+
+def test_worker_processes_only_pay_off_for_several_big_files(tmp_path):
+    from bot.parallel import POOL_FROM, jobs_for
+    big = []
+    for name in ("n1.log", "n2.log"):
+        with open(tmp_path / name, "wb") as f:
+            f.truncate(POOL_FROM // 2)   # sparse: no disk used
+        big.append((str(tmp_path / name), name))
+    small = [(str(FIXTURES / "cuda_oom" / "new_format_fragmented.log"), "a")] * 3
+    assert jobs_for(0, big, together=False) == min(os.cpu_count() or 1, 2)
+    assert jobs_for(0, small, together=False) == 1 and jobs_for(2, small, together=False) == 2
+    assert jobs_for(0, big[:1], together=False) == jobs_for(4, big, together=True) == 1
+    assert jobs_for(4, [*big, ("-", "stdin")], together=False) == 1
