@@ -116,18 +116,51 @@ class _HyperscanBackend:
             yield ls, le, first, found
 
 
-BACKENDS = ("auto", "hyperscan", "re")
+class _AhoCorasickBackend:
+    """pyahocorasick's automaton (C, with wheels for ARM too, where Hyperscan has none): every occurrence of every
+    literal, as Hyperscan reports them, grouped into the same lines with the same first match."""
+    name = "ahocorasick"
+
+    def __init__(self, literals: list[bytes]):
+        import ahocorasick
+        self.automaton = ahocorasick.Automaton()
+        for i, lit in enumerate(literals):   # latin-1: one character per byte, so offsets are byte offsets
+            self.automaton.add_word(lit.decode("latin-1"), (i, len(lit), lit))
+        self.automaton.make_automaton()
+
+    def lines(self, buf: bytes):
+        n, le, first_id, found = len(buf), -1, -1, []
+        ls = first = first_to = 0
+        for end, (i, k, lit) in self.automaton.iter(buf.decode("latin-1")):
+            to = end + 1
+            if to > le:
+                if found:
+                    yield ls, le, first, found
+                first, first_to, first_id = to - k, to, i
+                ls = buf.rfind(b"\n", 0, first) + 1
+                le = buf.find(b"\n", to)
+                le = n if le < 0 else le
+                found = []
+            elif to == first_to and i < first_id:   # Hyperscan's order: by end, then by literal
+                first, first_id = to - k, i
+            found.append(lit)
+        if found:
+            yield ls, le, first, found
+
+
+BACKENDS = ("auto", "hyperscan", "ahocorasick", "re")
+_NATIVE = {"hyperscan": _HyperscanBackend, "ahocorasick": _AhoCorasickBackend}
 
 
 def make_backend(literals: list[bytes], prefer: str = "auto"):
-    """hyperscan when it is installed (or asked for), the pure-Python search otherwise."""
+    """The backend asked for; by default hyperscan, else pyahocorasick, whichever is installed, else pure Python."""
     if prefer not in BACKENDS:
         raise ValueError(f"scanner backend must be one of {', '.join(BACKENDS)}, not {prefer!r}")
-    if prefer in ("auto", "hyperscan"):
+    for name in (("hyperscan", "ahocorasick") if prefer == "auto" else (prefer,) if prefer in _NATIVE else ()):
         try:
-            return _HyperscanBackend(literals)
+            return _NATIVE[name](literals)
         except ImportError:
-            if prefer == "hyperscan":
+            if prefer != "auto":
                 raise
     return _ReBackend(literals)
 

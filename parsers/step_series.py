@@ -82,12 +82,11 @@ class Readings:
         self.first: tuple[float, int, str] | None = None
         self.low: tuple[float, int, str] | None = None
 
-    def add(self, value: float, line: int, text) -> None:
-        """`text`: the line, or a function that gives it (called only when this reading is kept as evidence)."""
+    def add(self, value: float, line: int, text: str) -> None:
         if self.first is None:
-            self.first = (value, line, text() if callable(text) else text)
+            self.first = (value, line, text)
         elif self.low is None or value < self.low[0]:
-            self.low = (value, line, text() if callable(text) else text)
+            self.low = (value, line, text)
         if len(self.values) < MAX_POINTS:
             self.values.append(value)
 

@@ -1,4 +1,5 @@
-"""Big inputs: a progress line only on a terminal; the hyperscan and pure-Python scanners find the same things."""
+"""Big inputs: a progress line only on a terminal; every scanner backend (Hyperscan, pyahocorasick, pure Python)
+finds the same things."""
 import importlib.util
 import json
 import os
@@ -53,26 +54,47 @@ def test_injected_failures_found_at_their_lines(big_log, engine):
     assert timeout.facts["lagging_hosts"] == ["compute-st-p5-27"]
 
 
-def test_hyperscan_and_pure_python_scanners_agree(books):
-    pytest.importorskip("hyperscan")
+# every scanner backend installed here: Hyperscan (x86_64), pyahocorasick (the ARM default), pure Python
+BACKENDS = tuple(b for b, mod in (("re", "re"), ("hyperscan", "hyperscan"), ("ahocorasick", "ahocorasick"))
+                 if importlib.util.find_spec(mod))
+
+
+def test_the_scanner_backends_agree(books):
     from core.ingest import from_bytes
     from engine import Engine
     from parsers import scan
+    if len(BACKENDS) < 2:
+        pytest.skip("only the pure-Python scanner is installed")
     cases = sorted(FIXTURES.rglob("*.log"))
     assert len(cases) > 50
+    engines = {b: Engine(books, backend=b) for b in BACKENDS}
     for path in cases:
-        out = {}
-        for backend in ("re", "hyperscan"):
-            out[backend] = Engine(books, backend=backend).diagnose(from_bytes(path.read_bytes(), path.name)).to_json_dict()
-        assert out["re"] == out["hyperscan"], path
+        out = {b: e.diagnose(from_bytes(path.read_bytes(), path.name)).to_json_dict() for b, e in engines.items()}
+        assert all(o == out["re"] for o in out.values()), path
     assert isinstance(scan.make_backend([b"x"], "re"), scan._ReBackend)
-    assert isinstance(scan.make_backend([b"x"], "hyperscan"), scan._HyperscanBackend)
+    for name in BACKENDS[1:]:
+        assert scan.make_backend([b"x"], name).name == name
+    assert scan.make_backend([b"x"]).name == BACKENDS[1]   # auto: hyperscan first, then pyahocorasick
+
+
+def test_the_aho_corasick_backend_groups_lines_as_hyperscan_does():
+    """Same candidate lines, ends, first match (the focus of a giant line's window) and literals found."""
+    pytest.importorskip("hyperscan")
+    pytest.importorskip("ahocorasick")
+    from parsers.scan import make_backend
+    lits = [b"NCCL WARN", b"WARN", b"error", b"rror", b"loss", b"Traceback", b"CUDA out of memory", b"out of"]
+    buf = (b"x NCCL WARN ... error\nplain\n" + b"a" * 9000 + b" CUDA out of memory, loss\n{'loss': 1}\n"
+           b"WARN at the end")
+    norm = lambda it: [(ls, le, first, sorted(found)) for ls, le, first, found in it]   # noqa: E731
+    assert norm(make_backend(lits, "ahocorasick").lines(buf)) == norm(make_backend(lits, "hyperscan").lines(buf))
+    assert len(norm(make_backend(lits, "ahocorasick").lines(buf))) == 4
 
 
 def test_both_scanners_agree_on_the_whole_corpus_and_an_hf_arguments_dump(books):
     """The pure-Python matcher finds non-overlapping literals only: a trigger that half-overlaps another (HF's
     'per_device_train_batch_size' against a '_size=' trigger once did) loses lines there and nowhere else."""
-    pytest.importorskip("hyperscan")
+    if len(BACKENDS) < 2:
+        pytest.skip("only the pure-Python scanner is installed")
     from core.ingest import from_bytes
     from engine import Engine
     texts = [json.loads(x)["text"] for p in sorted((ROOT / "tests" / "corpus").glob("*.jsonl"))
@@ -82,10 +104,10 @@ def test_both_scanners_agree_on_the_whole_corpus_and_an_hf_arguments_dump(books)
     # a rank-prefixed Megatron banner: the ' --' flag trigger starts one character before it on the same line
     texts.append("[rank0]: ------------------------ arguments ------------------------\n[rank0]:   micro_batch_size "
                  "........ 4\n[rank0]: torchrun pretrain_gpt.py --micro-batch-size 4 --clip-grad 1.0\n")
-    engines = {b: Engine(books, backend=b) for b in ("re", "hyperscan")}
+    engines = {b: Engine(books, backend=b) for b in BACKENDS}
     for text in texts:
         out = {b: e.diagnose(from_bytes(text.encode(), "case")).to_json_dict() for b, e in engines.items()}
-        assert out["re"] == out["hyperscan"], text[:200]
+        assert all(o == out["re"] for o in out.values()), text[:200]
     assert out["re"]["job"] == {"micro_batch_size": 4, "clip_grad": 1.0, "framework": "megatron"}
     hf = engines["re"].diagnose(from_bytes(texts[-2].encode(), "hf")).job
     assert hf["micro_batch_size"] == 8 and hf["clip_grad"] == 1.0
@@ -124,8 +146,7 @@ def test_the_mixed_512_rank_benchmark_log_is_read_right_by_both_scanners(books, 
     from engine import Engine
     path = tmp_path / "mixed.log"
     info = json.loads(subprocess.run([*GEN, "mixed", str(path), "--mb", "4"], capture_output=True, check=True).stdout)
-    backends = ("re", "hyperscan") if importlib.util.find_spec("hyperscan") else ("re",)
-    docs = [Engine(books, backend=b).diagnose(from_bytes(path.read_bytes(), path.name)) for b in backends]
+    docs = [Engine(books, backend=b).diagnose(from_bytes(path.read_bytes(), path.name)) for b in BACKENDS]
     d = docs[0]
     assert {f.symptom: f.evidence[0].line for f in d.findings if f.symptom == "cuda_oom"} == \
         {"cuda_oom": info["injected"]["cuda_oom"]}
@@ -235,8 +256,7 @@ def test_the_tqdm_heavy_hf_benchmark_log_is_read_right_by_both_scanners(books, t
     from engine import Engine
     path = tmp_path / "hf.log"
     info = json.loads(subprocess.run([*GEN, "hf", str(path), "--mb", "2"], capture_output=True, check=True).stdout)
-    backends = ("re", "hyperscan") if importlib.util.find_spec("hyperscan") else ("re",)
-    docs = [Engine(books, backend=b).diagnose(from_bytes(path.read_bytes(), path.name)) for b in backends]
+    docs = [Engine(books, backend=b).diagnose(from_bytes(path.read_bytes(), path.name)) for b in BACKENDS]
     assert [f.symptom for f in docs[0].findings] == ["loss_spike"]
     assert docs[0].findings[0].facts["line"] == info["injected"]["loss_spike"]
     assert docs[0].findings[0].evidence[-1].text.startswith("{'loss': ")   # the dict, not the bar before it
