@@ -109,15 +109,14 @@ class LossParser(Parser):
         return found * 10 >= 3 * lines
 
     def feed_bulk(self, no: int, m) -> None:
-        it, rest = m.group(1, 2)
-        k = max(rest.find(b"lm loss:"), rest.find(b"lm_loss:"))   # Megatron-LM's or GPT-NeoX's spelling
-        if k >= 0:
+        it_b, rest = m.group(1, 2)
+        k = rest.find(b"lm loss:")
+        if k < 0 or it_b == self.bulk_it:   # (GPT-NeoX spells it lm_loss)
+            k = k if k >= 0 else rest.find(b"lm_loss:")
             e = rest.find(b"|", k)
-            loss = rest[k + 8:e if e >= 0 else len(rest)]
-            if it == self.bulk_last[0] and loss == self.bulk_last[1]:
+            if k >= 0 and it_b == self.bulk_it and rest[k + 8:e if e >= 0 else len(rest)] == self.bulk_loss:
                 return   # the same step as another rank printed it (the one bulk curve has a point per step)
-            self.bulk_last = (it, loss)
-        it = int(it)
+        it = int(it_b)
         e = rest.find(_ELAPSED_B)
         if e >= 0:   # (the line-by-line path's _elapsed, inlined: this runs for every line of a long log)
             try:
@@ -127,6 +126,8 @@ class LossParser(Parser):
         if k < 0:  # an iteration line without a loss (grad norm only, NaN counts): the line-by-line reading
             self.feed(Hit(no, _line(m).decode("utf-8", "replace")))
             return
+        e = rest.find(b"|", k)
+        self.bulk_it, self.bulk_loss = it_b, (loss := rest[k + 8:e if e >= 0 else len(rest)])
         i = rest.find(b"grad norm:")
         j = rest.find(b"nan iterations:")
         try:
@@ -161,10 +162,9 @@ class LossParser(Parser):
         self.gnan_run = 0        # how many of them in a row, up to the last grad norm seen
         self.gnan_zero = 0       # ... of which the loss reads exactly 0 (the model has collapsed, not skipped a step)
         self.gnan_ev = EvidenceBox()
-        self.term_nan = 0        # NaN/Inf loss terms outside the main loss series
-        self.term_key = ""
+        self.term_nan, self.term_key = 0, ""   # NaN/Inf loss terms outside the main loss series, the first key
         self.bulk_series: Series | None = None
-        self.bulk_last: tuple[bytes, bytes] = (b"", b"")   # the bulk curve's last step and loss, as printed
+        self.bulk_it, self.bulk_loss = b"", b""   # the bulk curve's last step and loss, as printed
 
     def _series(self, key: str) -> Series:
         s = self.series.get(key)
