@@ -83,6 +83,9 @@ class _ReBackend:
                 return
 
 
+_HS_DATABASES: dict[tuple[bytes, ...], object] = {}   # trigger literals -> compiled database (read-only, shared)
+
+
 class _HyperscanBackend:
     """Hyperscan's multi-literal matcher (grep-class speed); matches are grouped into lines afterwards."""
     name = "hyperscan"
@@ -90,10 +93,15 @@ class _HyperscanBackend:
     def __init__(self, literals: list[bytes]):
         import hyperscan
         self.literals = literals
-        self.db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self.db.compile(expressions=literals, ids=list(range(len(literals))), elements=len(literals),
-                        flags=[0] * len(literals), literal=True)
-        self.scratch = hyperscan.Scratch(self.db)
+        self.db = _HS_DATABASES.get(key := tuple(literals))
+        if self.db is None:   # ~30 ms: once per trigger set in a process (a bot answers many diagnoses)
+            self.db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            self.db.compile(expressions=literals, ids=list(range(len(literals))), elements=len(literals),
+                            flags=[0] * len(literals), literal=True)
+            if len(_HS_DATABASES) >= 16:
+                _HS_DATABASES.clear()
+            _HS_DATABASES[key] = self.db
+        self.scratch = hyperscan.Scratch(self.db)   # per scanner: a scratch serves one scan at a time
 
     def lines(self, buf: bytes):
         hits: list[tuple[int, int]] = []

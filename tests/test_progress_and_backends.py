@@ -261,3 +261,23 @@ def test_the_tqdm_heavy_hf_benchmark_log_is_read_right_by_both_scanners(books, t
     assert docs[0].findings[0].facts["line"] == info["injected"]["loss_spike"]
     assert docs[0].findings[0].evidence[-1].text.startswith("{'loss': ")   # the dict, not the bar before it
     assert all(x.to_json_dict() == docs[0].to_json_dict() for x in docs[1:])
+
+
+def test_scanners_share_the_compiled_hyperscan_database_but_not_its_scratch(books):
+    """The database for a trigger set is compiled once per process (~30 ms, most of a warm bot's time for a short
+    paste); each scanner keeps its own scratch, so diagnoses in parallel threads give the answers they give alone."""
+    pytest.importorskip("hyperscan")
+    from concurrent.futures import ThreadPoolExecutor
+    from core.ingest import from_bytes
+    from engine import Engine
+    from parsers.scan import make_backend
+    a, b = make_backend([b"NCCL WARN", b"Xid"], "hyperscan"), make_backend([b"NCCL WARN", b"Xid"], "hyperscan")
+    assert a.db is b.db and a.scratch is not b.scratch
+    assert make_backend([b"NCCL WARN"], "hyperscan").db is not a.db
+    engine = Engine(books, backend="hyperscan")
+    cases = sorted(FIXTURES.rglob("*.log"))[:24]
+    alone = [engine.diagnose(from_bytes(p.read_bytes(), p.name)).to_json_dict() for p in cases]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda p: engine.diagnose(from_bytes(p.read_bytes(), p.name)).to_json_dict(),
+                                 cases * 3))
+    assert together == alone * 3
