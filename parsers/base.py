@@ -143,7 +143,7 @@ class rx:
         if not self.needs:
             return True
         t = text.lower() if self.fold else text
-        return any(w in t for w in self.needs)
+        return any(map(t.__contains__, self.needs))   # (half the cost of a generator: it runs ~14 times a line)
 
     @property
     def compiled(self) -> regex.Pattern:
