@@ -144,8 +144,9 @@ def _scan_backend(v: str) -> str:
     from parsers.scan import BACKENDS
     if v not in BACKENDS:
         raise ValueError(f"must be one of {', '.join(BACKENDS)}, not {v!r}")
-    if v == "hyperscan" and find_spec("hyperscan") is None:
-        raise ValueError("hyperscan is not installed (pip install 'train-triage[fast]'), use auto or re")
+    if v in ("hyperscan", "ahocorasick") and find_spec(v) is None:
+        package = "hyperscan" if v == "hyperscan" else "pyahocorasick"
+        raise ValueError(f"{package} is not installed (pip install {package}), use auto or re")
     return v
 
 

@@ -60,3 +60,13 @@ def test_parser_options_are_the_parsers_own_types_and_reach_the_engine():
     readers = Engine([], s.parser_options())._readers()
     loss = next(r for r in readers if isinstance(r, LossParser))
     assert loss.spike.rel == 0.3 and loss.spike.window == 10 and loss.spike.mad_k == 6.0
+
+
+@pytest.mark.parametrize("backend,package", [("hyperscan", "hyperscan"), ("ahocorasick", "pyahocorasick")])
+def test_a_scanner_backend_that_is_not_installed_is_one_line_naming_its_package(monkeypatch, backend, package):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == backend else real(name, *a))
+    with pytest.raises(SettingsError) as e:
+        Settings.from_env({"TRIAGE_SCAN_BACKEND": backend})
+    assert str(e.value) == (f"TRIAGE_SCAN_BACKEND: {package} is not installed (pip install {package}), use auto or re")
