@@ -54,5 +54,8 @@ def diagnose_files(paths: list[tuple[str, str]], settings, lang: str, jobs: int)
     from concurrent.futures import ProcessPoolExecutor
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")   # fork: nothing to import again
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_start, initargs=(settings,)) as pool:
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_start, initargs=(settings,))
+    try:
         yield from pool.map(_one, [(p, n, settings.max_bytes, lang) for p, n in paths])
+    finally:   # a closed pipe (| head) or Ctrl-C: files not started yet are dropped, not diagnosed for nothing
+        pool.shutdown(wait=True, cancel_futures=True)
