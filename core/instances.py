@@ -13,6 +13,8 @@ PEAK_TFLOPS = (("B300", 2250.0), ("GB200", 2250.0), ("B200", 2250.0), ("H200", 9
 EXPECTED_BUSBW = {"p4d": (300.0, 50.0), "p4de": (300.0, 50.0), "p5": (450.0, 400.0), "p5e": (450.0, 400.0),
                   "p5en": (450.0, 400.0), "p6-b200": (900.0, 400.0), "p6-b300": (900.0, 800.0)}
 BUSBW_OK = 0.7   # below 70% of that, the fabric is not doing its job
+RING_OPS = ("all_reduce", "reduce_scatter", "all_gather")   # the collectives EXPECTED_BUSBW describes
+MIN_JUDGED_BYTES = 64 << 20   # small messages are latency-bound: judge on large ones, never on the average
 
 
 def peak_tflops(gpu: str) -> float | None:
@@ -22,3 +24,12 @@ def peak_tflops(gpu: str) -> float | None:
 def expected_busbw(instance: str | None, nodes: int | None) -> float | None:
     exp = EXPECTED_BUSBW.get(instance or "")
     return None if exp is None else exp[1] if (nodes or 1) > 1 else exp[0]
+
+
+def busbw_ceiling(op: str | None, instance: str | None, nodes: int | None, message_bytes: int) -> float | None:
+    """What a benchmark's bus bandwidth at its largest message should reach, or None when nothing says: the figures
+    are for the ring collectives only (none for alltoall, broadcast or sendrecv), and only large messages say anything
+    about the fabric."""
+    if op not in RING_OPS or message_bytes < MIN_JUDGED_BYTES:
+        return None
+    return expected_busbw(instance, nodes)

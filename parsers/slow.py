@@ -179,8 +179,6 @@ class MegatronTimerParser(Parser):
 # slow_comm: the collectives run far below what the fabric carries — nccl-tests bus bandwidth at large messages
 # against the instance's expected figure, or NCCL kernels holding a large share of a profile's CUDA time.
 COMM_SHARE_BAD_PCT = 40.0
-MIN_JUDGED_BYTES = 64 << 20   # small messages are latency-bound: judge on large ones, never on the average
-_RING_OPS = ("all_reduce", "reduce_scatter", "all_gather")   # busbw comparable with the expected table
 _DASHES = rx(r"-{3,}")
 
 
@@ -202,10 +200,9 @@ class BusbwParser(Parser):
 
     def finish(self, ctx: Context) -> list[Finding]:
         for b in ctx.benchmarks:
-            exp = I.expected_busbw(b.get("instance"), b.get("nodes"))
             op = b.get("op") if b.get("op") != "unknown" else "all_reduce" if self.reducing else None
-            if op not in _RING_OPS or not exp or b["max_size_bytes"] < MIN_JUDGED_BYTES \
-                    or b["max_size_busbw"] >= I.BUSBW_OK * exp:
+            exp = I.busbw_ceiling(op, b.get("instance"), b.get("nodes"), b["max_size_bytes"])
+            if not exp or b["max_size_busbw"] >= I.BUSBW_OK * exp:
                 continue
             row = max(b["rows"], key=lambda r: r["size_bytes"])
             self.ev.add(row["line"], self.row_text.get(row["line"], f"{row['size_bytes']} bytes: busbw {row['busbw']}"))

@@ -274,3 +274,23 @@ def test_step_time_per_job_over_time_healthy_runs_included(tmp_path, run):
     assert rows[0]["mfu_pct"] is None and 30 < rows[1]["mfu_pct"] < 42
     assert f"| {rows[1]['tflops_per_gpu']:g} | {rows[1]['mfu_pct']:g}% | #" in md
     assert (tmp_path / "out" / "step_times.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_alltoall_benchmark_is_shown_but_never_judged_against_the_ring_collectives_figure(tmp_path, run):
+    """The expected bus bandwidth is for all_reduce / reduce_scatter / all_gather: an alltoall at 92 GB/s on two p5
+    nodes is listed without a ratio and brings no "check EFA" action; the slow all_reduce beside it still does."""
+    store = Store(tmp_path / "r.db")
+    for name, job in (("alltoall_p5_two_nodes.log", "a2a"), ("all_reduce_p5_socket.log", "ar")):
+        data = (F / "report" / name).read_bytes()
+        store.record(run(data, name), data, source="cli", job_key=job,
+                     at=(NOW - timedelta(days=1)).isoformat(timespec="seconds"))
+    rep = report.make(store, NOW - timedelta(days=7), NOW, tmp_path / "out")
+    bench = {b["op"]: b for b in rep.data.benchmarks}
+    assert bench["alltoall"]["max_size_busbw"] == 91.94
+    assert bench["alltoall"]["expected_busbw"] is None and bench["alltoall"]["ratio"] is None
+    assert bench["all_reduce"]["expected_busbw"] == 400.0 and bench["all_reduce"]["ratio"] < 0.7
+    actions = [t["text"] for t in rep.data.tune_next if "bus bandwidth" in t["text"]]
+    assert len(actions) == 1 and actions[0].startswith("all_reduce on 2x p5")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| alltoall | 2 × p5 | 91.9 GB/s (8192 MiB) | – | – |" in md and "none for alltoall" in md
+

@@ -73,6 +73,10 @@ def render(r: ReportData, charts: list[Path]) -> str:
             ratio = f"{b['ratio']:.0%}" if b["ratio"] is not None else "–"
             out.append(f"| #{b['diagnosis_id']} | {b['op']} | {b['nodes'] or '?'} × {b['instance'] or '?'} | "
                        f"{b['max_size_busbw']:.1f} GB/s ({b['max_size_bytes'] >> 20} MiB) | {exp} | {ratio} |")
+        if any(b["expected_busbw"] is None for b in r.benchmarks):
+            out += ["", "–: nothing to compare with. The expected figures are for all_reduce, reduce_scatter and "
+                        "all_gather at 64 MiB and more on a known instance; there is none for alltoall, broadcast or "
+                        "sendrecv."]
         if "nccl_tests.png" in names:
             out += ["", "![nccl-tests](nccl_tests.png)"]
         out.append("")
