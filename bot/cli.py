@@ -15,7 +15,6 @@ from bot.wiring import engine as _engine, store as _store
 
 def cmd_diagnose(args, settings: Settings) -> int:
     from bot.render import terminal_safe
-    engine = _engine(settings)
     store = _store(settings) if (args.record or args.llm) else None
     phraser = _phraser(settings, store) if args.llm else None
     status = 0
@@ -31,6 +30,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
     jobs = jobs_for(args.jobs, paths, args.together)
     if jobs > 1:
         return _diagnose_in_pool(paths, settings, args.lang, jobs, emit)
+    engine = _engine(settings)
     if args.together:
         inputs = _joined(paths, settings.max_bytes, _dir_label(args.files, len(paths)))
     else:
@@ -48,7 +48,8 @@ def cmd_diagnose(args, settings: Settings) -> int:
         if progress is not None:
             sys.stderr.write("\n")
         emit(d)
-    return max(status, emit.done())
+    emit.done()
+    return status
 
 
 def _diagnose_in_pool(paths, settings: Settings, lang: str, jobs: int, emit) -> int:
@@ -63,7 +64,8 @@ def _diagnose_in_pool(paths, settings: Settings, lang: str, jobs: int, emit) -> 
                 continue
             status = status if kind == "note" else 2
             print(f"triage: {value}" if kind == "bad" else terminal_safe(f"triage: {value}"), file=sys.stderr)
-    return max(status, emit.done())
+    emit.done()
+    return status
 
 
 def _read_config(path: str) -> str | None:

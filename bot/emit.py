@@ -51,11 +51,11 @@ class Emitter:
                 print(terminal_safe(_fix_text(fix, args.config)))
         sys.stdout.flush()
 
-    def done(self) -> int:
+    def done(self) -> None:
+        """After the last diagnosis: the hint to read node shares together, when there were several."""
         if self.shares > 1:
             print(f"triage: {self.shares} of these logs each hold one node's ranks of a multi-node job; read them as "
                   "one with --together to see which rank is behind", file=sys.stderr)
-        return 0
 
 
 def _patch(d, path: str, text: str):
