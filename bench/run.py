@@ -107,6 +107,36 @@ def _backends_and_hf(work: Path, mb: int, literals: Path, backend: str, target) 
            check_found(json.loads(out), info))
 
 
+def _gzip_and_together(work: Path, mb: int, literals: Path, target) -> None:
+    """The mixed log gzipped, against `zcat | grep -F`; and split into 16 per-node files (by rank, as Slurm's
+    per-node output leaves them) read with --together, against `cat | grep -F` over the same files."""
+    import gzip
+    log = work / f"mixed-{mb}mb.log"
+    info = gen("mixed", log, mb)
+    gz = work / f"mixed-{mb}mb.log.gz"
+    with open(log, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
+        while block := src.read(8 << 20):
+            dst.write(block)
+    tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(gz)])
+    base, _, _ = best_of(3, ["sh", "-c", f"zcat '{gz}' | grep -c -F -f '{literals}'"])
+    target(f"mixed log {mb} MiB gzipped ({gz.stat().st_size >> 20} MiB), triage / zcat | grep -F",
+           f"{tri / base:.2f}x ({tri:.2f} s vs {base:.2f} s), RSS {rss} MiB, found: {check_found(json.loads(out), info)}",
+           "<= 3x", tri <= 3 * base and check_found(json.loads(out), info))
+    nodes = work / "nodes"
+    nodes.mkdir(exist_ok=True)
+    files = [open(nodes / f"node-{n:02d}.out", "wb") for n in range(16)]
+    with open(log, "rb") as src:
+        for line in src:   # "[rank<N>]:" — 512 ranks, 32 a node
+            end = line.find(b"]")
+            files[int(line[5:end]) // 32 if line.startswith(b"[rank") and end > 5 else 0].write(line)
+    for f in files:
+        f.close()
+    tri, rss, _ = best_of(1, [*TRIAGE, "diagnose", "--json", "--together", str(nodes)])
+    base, _, _ = best_of(3, ["sh", "-c", f"cat '{nodes}'/*.out | grep -c -F -f '{literals}'"])
+    target(f"the same log as 16 per-node files, triage --together / cat | grep -F", f"{tri / base:.2f}x ({tri:.2f} s "
+           f"vs {base:.2f} s), RSS {rss} MiB", "<= 3x", tri <= 3 * base)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nccl-mb", type=int, default=1024)
@@ -180,6 +210,7 @@ def main(argv=None) -> int:
            f"{rss} MiB ({tri:.2f} s, truncated: {json.loads(out)['input']['truncated']})", "<= 200 MiB", rss <= 200)
 
     _backends_and_hf(work, a.train_mb, literals, backend, target)
+    _gzip_and_together(work, a.train_mb, literals, target)
 
     paste = b"".join((ROOT / "tests" / "fixtures" / "cuda_oom" / "new_format_fragmented.log").read_bytes()
                      .splitlines(keepends=True) * 3)[:50 * 200]
