@@ -77,21 +77,24 @@ def slack_latency(n: int = 40) -> tuple[float, float]:
     return p95(acks), p95(answers)
 
 
-def _backends_and_hf(work: Path, mb: int, literals: Path, backend: str, target) -> None:
-    """The pure-Python scanner against the default one on a mixed log; a tqdm-heavy HF Trainer + DeepSpeed log
+def _diagnose_with(var: str, value: str, path: Path) -> tuple[float, int, bytes]:
+    """One `triage diagnose --json` run with an environment variable set for it (children inherit os.environ)."""
+    os.environ[var] = value
+    try:
+        return best_of(1, [*TRIAGE, "diagnose", "--json", str(path)])
+    finally:
+        del os.environ[var]
+
+
+def _backends_and_hf(work: Path, log: Path, mb: int, literals: Path, backend: str, target) -> None:
+    """The other scanner backends against the default one on a mixed log; a tqdm-heavy HF Trainer + DeepSpeed log
     against the shell pipeline that gives the same answers."""
-    log = work / f"mixed-{mb}mb.log"   # the pure-Python scanner (ARM, the Docker image) on the same kind of log
-    gen("mixed", log, mb)
     fast, _, _ = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
     import importlib.util
     for other, label in (("ahocorasick", "pyahocorasick scanner (ARM's default)"), ("re", "pure-Python scanner")):
         if other != "re" and importlib.util.find_spec(other) is None:
             continue   # not installed here
-        os.environ["TRIAGE_SCAN_BACKEND"] = other
-        try:
-            slow, _, _ = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
-        finally:
-            del os.environ["TRIAGE_SCAN_BACKEND"]
+        slow, _, _ = _diagnose_with("TRIAGE_SCAN_BACKEND", other, log)
         target(f"mixed log {mb} MiB, {label} / {backend}", f"{slow / fast:.2f}x ({slow:.2f} s vs {fast:.2f} s)",
                "<= 3x", slow <= 3 * fast)
 
@@ -107,13 +110,11 @@ def _backends_and_hf(work: Path, mb: int, literals: Path, backend: str, target) 
            check_found(json.loads(out), info))
 
 
-def _gzip_and_together(work: Path, mb: int, literals: Path, target) -> None:
+def _gzip_and_together(work: Path, log: Path, info: dict, mb: int, literals: Path, target) -> None:
     """The mixed log gzipped, against `zcat | grep -F`; and split into 16 per-node files (by rank, as Slurm's
     per-node output leaves them) read with --together, against `cat | grep -F` over the same files."""
     import gzip
-    log = work / f"mixed-{mb}mb.log"
-    info = gen("mixed", log, mb)
-    gz = work / f"mixed-{mb}mb.log.gz"
+    gz = log.with_name(log.name + ".gz")
     with open(log, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
         while block := src.read(8 << 20):
             dst.write(block)
@@ -201,16 +202,14 @@ def main(argv=None) -> int:
            f"{grep + series:.2f} s), RSS {rss} MiB", "<= 1.0x, <= 200 MiB", tri <= grep + series and rss <= 200)
     target("mixed log: OOM and loss spike found at their lines", str(check_found(json.loads(out), info)), "True",
            check_found(json.loads(out), info))
-    os.environ["TRIAGE_MAX_BYTES"] = str(a.mixed_mb << 19)   # half the file: its head and tail are read
-    try:
-        tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
-    finally:
-        del os.environ["TRIAGE_MAX_BYTES"]
+    tri, rss, out = _diagnose_with("TRIAGE_MAX_BYTES", str(a.mixed_mb << 19), log)   # half: its head and tail are read
     target(f"the same log over the size cap (TRIAGE_MAX_BYTES = {a.mixed_mb // 2} MiB: head and tail read), peak RSS",
            f"{rss} MiB ({tri:.2f} s, truncated: {json.loads(out)['input']['truncated']})", "<= 200 MiB", rss <= 200)
 
-    _backends_and_hf(work, a.train_mb, literals, backend, target)
-    _gzip_and_together(work, a.train_mb, literals, target)
+    log = work / f"mixed-{a.train_mb}mb.log"   # a smaller mixed log for the backends, gzip and --together
+    info = gen("mixed", log, a.train_mb)
+    _backends_and_hf(work, log, a.train_mb, literals, backend, target)
+    _gzip_and_together(work, log, info, a.train_mb, literals, target)
 
     paste = b"".join((ROOT / "tests" / "fixtures" / "cuda_oom" / "new_format_fragmented.log").read_bytes()
                      .splitlines(keepends=True) * 3)[:50 * 200]

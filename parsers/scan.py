@@ -107,21 +107,27 @@ class _HyperscanBackend:
         hits: list[tuple[int, int]] = []
         self.db.scan(buf, match_event_handler=lambda i, f, to, fl, c: hits.append((to, i)), scratch=self.scratch)
         hits.sort()
-        n, lits, le = len(buf), self.literals, -1
-        found: list[bytes] = []
-        ls = first = 0
-        for to, i in hits:
-            if to > le:
-                if found:
-                    yield ls, le, first, found
-                first = to - len(lits[i])
-                ls = buf.rfind(b"\n", 0, first) + 1
-                le = buf.find(b"\n", to)
-                le = n if le < 0 else le
-                found = []
-            found.append(lits[i])
-        if found:
-            yield ls, le, first, found
+        return _group(buf, hits, self.literals)
+
+
+def _group(buf: bytes, hits: list[tuple[int, int]], lits: list[bytes]):
+    """Every occurrence of every literal, as (end offset, literal index) sorted, grouped into candidate lines: (line
+    start, line end, where the first match starts, the literals found)."""
+    n, le = len(buf), -1
+    found: list[bytes] = []
+    ls = first = 0
+    for to, i in hits:
+        if to > le:
+            if found:
+                yield ls, le, first, found
+            first = to - len(lits[i])
+            ls = buf.rfind(b"\n", 0, first) + 1
+            le = buf.find(b"\n", to)
+            le = n if le < 0 else le
+            found = []
+        found.append(lits[i])
+    if found:
+        yield ls, le, first, found
 
 
 class _AhoCorasickBackend:
@@ -131,29 +137,16 @@ class _AhoCorasickBackend:
 
     def __init__(self, literals: list[bytes]):
         import ahocorasick
+        self.literals = literals
         self.automaton = ahocorasick.Automaton()
         for i, lit in enumerate(literals):   # latin-1: one character per byte, so offsets are byte offsets
-            self.automaton.add_word(lit.decode("latin-1"), (i, len(lit), lit))
+            self.automaton.add_word(lit.decode("latin-1"), i)
         self.automaton.make_automaton()
 
     def lines(self, buf: bytes):
-        n, le, first_id, found = len(buf), -1, -1, []
-        ls = first = first_to = 0
-        for end, (i, k, lit) in self.automaton.iter(buf.decode("latin-1")):
-            to = end + 1
-            if to > le:
-                if found:
-                    yield ls, le, first, found
-                first, first_to, first_id = to - k, to, i
-                ls = buf.rfind(b"\n", 0, first) + 1
-                le = buf.find(b"\n", to)
-                le = n if le < 0 else le
-                found = []
-            elif to == first_to and i < first_id:   # Hyperscan's order: by end, then by literal
-                first, first_id = to - k, i
-            found.append(lit)
-        if found:
-            yield ls, le, first, found
+        hits = [(end + 1, i) for end, i in self.automaton.iter(buf.decode("latin-1"))]
+        hits.sort()   # by end, then literal, as Hyperscan's are (already in end order: a cheap sort)
+        return _group(buf, hits, self.literals)
 
 
 BACKENDS = ("auto", "hyperscan", "ahocorasick", "re")
@@ -238,11 +231,11 @@ class Scanner:
         count = buf.count
         for i in self.bulk:
             parser, no, at = self.parsers[i], start_no, 0
-            feed = parser.feed_bulk
             try:
                 if parser.feed_chunk is not None:   # the reader takes the whole chunk at once
                     parser.feed_chunk(buf, start_no)
                     continue
+                feed = parser.feed_bulk
                 for m in parser.bulk.finditer(buf):
                     start = m.start()
                     no += count(b"\n", at, start)

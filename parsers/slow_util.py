@@ -1,9 +1,14 @@
 """low_gpu_util, part of the slow family (parsers/slow.py lists these readers with its own): the GPUs are busy far
-less than they could be. MFU / TFLOP/s readings and nvidia-smi utilisation samples."""
+less than they could be. Two kinds of evidence, each over several readings:
+- model FLOPs utilisation as trainers print it (torchtitan/nanoGPT/nanochat "mfu", llm.c "% bf16 MFU", Composer's
+  throughput/device/mfu fraction) or TFLOP/s per GPU (Megatron --log-throughput, torchtitan "tflops") against the
+  GPU's dense BF16 peak;
+- the SM / GPU-util column of nvidia-smi dmon or --query-gpu CSV samples while a job runs."""
 from __future__ import annotations
 
 import re
 from itertools import islice
+from statistics import median
 
 from core import instances as I
 from core.models import Finding
@@ -12,11 +17,6 @@ from parsers.loss_series import line_of
 from parsers.scan import clean
 from parsers.step_series import Readings
 
-# low_gpu_util: the GPUs are busy far less than they could be. Two kinds of evidence, each over several readings:
-# - model FLOPs utilisation as trainers print it (torchtitan/nanoGPT/nanochat "mfu", llm.c "% bf16 MFU", Composer's
-#   throughput/device/mfu fraction) or TFLOP/s per GPU (Megatron --log-throughput, torchtitan "tflops") against
-#   the GPU's dense BF16 peak;
-# - the SM / GPU-util column of nvidia-smi dmon or --query-gpu CSV samples while a job runs.
 MFU_LOW_PCT = 25.0      # dense BF16 MFU under a quarter of peak is low; 30-45% is normal for LLM training
 UNNAMED_GPU_LOW_PCT = 8.0   # TFLOP/s on a GPU the log does not name: only a shortfall no datacenter GPU explains
 UTIL_LOW_PCT = 70.0     # the seeds' target: GPU utilisation at least 70%
@@ -32,11 +32,6 @@ def _peak(gpu: str, ctx: Context) -> tuple[str, float | None]:
     """The GPU's dense BF16 peak, from its name in the log or the instance family."""
     name = gpu or I.GPU_BY_FAMILY.get(str(ctx.job.get("instance_family", "")), "")
     return name, I.peak_tflops(name)
-
-
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
 
 
 class UtilParser(Parser):
@@ -150,7 +145,7 @@ class UtilSamplesParser(Parser):
         # an idle GPU (every sample 0) is no job at all, not an underused one
         if len(self.samples) < 3 or not any(self.samples) or self.head is None:
             return []
-        util = round(_median(self.samples), 1)
+        util = round(median(self.samples), 1)
         if util >= UTIL_LOW_PCT:
             return []
         self.ev.add(*self.head)
