@@ -142,7 +142,9 @@ class LossParser(Parser):
             if fields:
                 self._megatron(_BulkHit(no, _line(m)), fields, text, key="")  # the bulk series is one curve
             return
-        if self.bulk_series is None:   # the bulk series is one curve
+        if self.bulk_series is None:   # one curve, going on from the one read line by line until now (its history)
+            if self.series and "" not in self.series:   # a rank's own curve: the latest one read
+                self.series[""] = self.series.pop(max(self.series, key=lambda k: self.series[k].last_line()))
             self.bulk_series = self._series("")
         self.bulk_series.add(v, g, it, no, m)  # the line itself is cut out only if it becomes evidence
 
@@ -153,11 +155,9 @@ class LossParser(Parser):
         self.skip_to = 0
         self.nan_ev = EvidenceBox()
         self.scale_ev = EvidenceBox()
-        self.overflows = 0
+        self.overflows, self.scale_min_hit = 0, False
         self.min_scale: float | None = None
-        self.scale_min_hit = False
-        self.nan_iters = 0
-        self.grad_nan = 0
+        self.nan_iters = self.grad_nan = 0
         self.gnan_points = 0     # NaN grad norms on lines whose loss is finite
         self.gnan_run = 0        # how many of them in a row, up to the last grad norm seen
         self.gnan_zero = 0       # ... of which the loss reads exactly 0 (the model has collapsed, not skipped a step)

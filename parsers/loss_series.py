@@ -96,6 +96,10 @@ class Series:
         self.last_finite = v
         self.recent.append((no, text))
 
+    def last_line(self) -> int:
+        """The line of the last finite point (0 before any)."""
+        return self.recent[-1][0] if self.recent else 0
+
     def _record(self, v: float, med: float, g: float, it: float, no: int, text: str) -> None:
         ratio = v / med if med > 0 else 1 + (v - med) / abs(med or 1.0)   # a loss that lives below zero
         self.best = {"ratio": ratio, "med": med, "value": v, "line": no, "iteration": it,

@@ -281,3 +281,26 @@ def test_scanners_share_the_compiled_hyperscan_database_but_not_its_scratch(book
         together = list(pool.map(lambda p: engine.diagnose(from_bytes(p.read_bytes(), p.name)).to_json_dict(),
                                  cases * 3))
     assert together == alone * 3
+
+
+def test_a_spike_right_where_chunk_wide_reading_starts_is_judged_on_the_history_read_before():
+    """A multi-rank log read line by line at first (NCCL set-up opens it) switches to chunk-wide reading later; the
+    one chunk-wide curve goes on from the curve read so far, so a spike on the first step it reads is still one
+    (the 20 MiB mixed benchmark log had its spike there and reported none)."""
+    from parsers.base import Context
+    from parsers.convergence import LossParser
+    from parsers.scan import Scanner
+
+    def steps(first, last, spike_at=None):
+        return b"".join(b"[rank%d]: iteration %8d/ 9000 | elapsed time per iteration (ms): 3000.0 | lm loss: %.6E | "
+                        b"grad norm: 0.250 | number of nan iterations:   0 |\n"
+                        % (r, it, 7.9 if it == spike_at else 2.5 - it * 1e-5) for it in range(first, last)
+                        for r in (4, 5, 6, 7))
+    setup = b"[rank3]:h1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA\n" * 20000
+    sc = Scanner([LossParser()])
+    sc.feed(setup + steps(1, 400))
+    assert sc.bulk == []
+    sc.feed(steps(400, 3000, spike_at=400))
+    assert sc.bulk == [0]
+    spike = next(f for f in sc.parsers[0].finish(Context()) if f.symptom == "loss_spike")
+    assert spike.facts["line"] == 20000 + 4 * 399 + 1 and spike.facts["loss_at_spike"] == 7.9
