@@ -25,7 +25,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
                # another reader's trigger: the pure-Python scanner finds non-overlapping literals only)
                "tensor_model_parallel_size", "lr_warmup_iters"),
     DEEPSPEED: ("deepspeed/", "[deepspeed]", "DeepSpeed info: version", "DeepSpeedEngine", "ds_config",
-                "zero_optimization", "DeepSpeed Flops Profiler"),
+                "zero_optimization", "DeepSpeed Flops Profiler", "CONFIG: micro_batches="),   # the last: its pipeline engine
     HF: ("transformers/trainer.py", "***** Running training *****", "TrainingArguments(", "per_device_train_batch_size"),
     LIGHTNING: ("lightning/pytorch/", "pytorch_lightning/", "lightning.pytorch", "lightning_fabric", "`Trainer.fit`",
                 "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES", "Automatic Mixed Precision (AMP)"),
@@ -55,6 +55,13 @@ VOCAB: dict[str, dict[str, Name]] = {
         HF: Name("flag", "--gradient_accumulation_steps"),
         LIGHTNING: Name("config", "Trainer(accumulate_grad_batches=…)"),
         FSDP: Name("config", "gradient accumulation steps", note="in your training loop (no_sync() on the inner steps)"),
+    },
+    "global_batch_size": {   # the batch one optimizer step sees, across all data-parallel ranks
+        MEGATRON: Name("flag", "--global-batch-size"),
+        DEEPSPEED: Name("config", "train_batch_size"),
+    },
+    "virtual_pipeline_model_parallel_size": {   # interleaved pipeline stages: Megatron's alone here
+        MEGATRON: Name("flag", "--virtual-pipeline-model-parallel-size"),
     },
     "clip_grad": {
         MEGATRON: Name("flag", "--clip-grad"),

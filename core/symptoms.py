@@ -95,6 +95,18 @@ _REGISTRY: tuple[Symptom, ...] = (
              "top_kernel"),
             causes=("tcp_fallback", "efa_provider_missing", "nvlink_inactive", "version_mismatch"),
             report=THROUGHPUT, title_ko_format="통신이 느림: 집합 통신이 패브릭이 낼 수 있는 속도에 한참 못 미침"),
+    Symptom("straggler", "slow", "warning", 12, "A slow rank or node holds the job back", "느린 rank/노드(straggler)",
+            ("clock_mhz", "fleet_clock_mhz", F.LAGGING_HOSTS, "reports", "score", "slow_ranks", "slowdown_pct",
+             "slow_reports", "threshold", "detector"),
+            host_facts={F.LAGGING_HOSTS: F.ROLE_LAGGING}, report=THROUGHPUT),
+    Symptom("pipeline_bubble", "slow", "warning", 15, "Pipeline bubble", "파이프라인 버블",
+            ("bubble_pct", "bubble_pct_after", "global_batch_size", "layers_per_virtual_stage", "micro_batches",
+             "pipeline_stages", "source", "target_global_batch_size", "target_gradient_accumulation_steps",
+             "target_micro_batch_size",
+             "target_micro_batches", "target_virtual_stages", "virtual_stages"),
+            report=THROUGHPUT,
+            title_ko_format="파이프라인 버블: 스테이지 {pipeline_stages}개에 스텝당 마이크로배치 {micro_batches}개, "
+                            "GPU가 스텝의 약 {bubble_pct}% 동안 쉼"),
 )
 
 _ALL: dict[str, Symptom] = {s.id: s for s in _REGISTRY}

@@ -1,13 +1,16 @@
 """The slow family: jobs that run, but slowly. slow_input (the step waits on its input: a torch.profiler table's
 DataLoader row, per-step data time, Megatron's batch-generator timer), low_gpu_util (MFU, TFLOP/s, nvidia-smi
-samples) and slow_comm (nccl-tests bus bandwidth, NCCL kernels in a profile). Stalls every few steps count, so input
-shares are total data time over total step time across the lines read."""
+samples) and slow_comm (nccl-tests bus bandwidth, NCCL kernels in a profile); straggler and pipeline_bubble have
+modules of their own (slow_straggler.py, slow_pipeline.py). Stalls every few steps count, so input shares are total
+data time over total step time across the lines read."""
 from __future__ import annotations
 
 from core import instances as I
 from core.models import Finding
 from parsers.base import Context, Hit, Parser, findall, rx, search, strip_prefixes
 from parsers.collectors.nccl_tests import NCCL_TESTS_ROW, TYPE_TRIGGERS
+from parsers.slow_pipeline import BubbleParser
+from parsers.slow_straggler import StragglerParser
 from parsers.slow_util import UtilParser, UtilSamplesParser
 
 INPUT_BAD_PCT = 25.0   # a quarter of the step spent fetching data is a bottleneck worth the first look
@@ -262,4 +265,4 @@ class CommProfileParser(Parser):
 
 
 PARSERS = (InputParser, StepTimingParser, MegatronTimerParser, UtilParser, UtilSamplesParser, BusbwParser,
-           CommProfileParser)
+           CommProfileParser, StragglerParser, BubbleParser)

@@ -25,7 +25,9 @@ ROUTING = S.in_group(S.ROUTING)
 THROUGHPUT = S.in_group(S.THROUGHPUT)
 # the one number that says how slow, per throughput symptom: (fact, label)
 _SLOW_MEASURE = (("mfu_pct", "MFU %"), ("util_pct", "GPU util %"), ("ratio_pct", "busbw % of expected"),
-                 ("comm_share_pct", "NCCL % of CUDA time"), ("input_share_pct", "input % of step"))
+                 ("comm_share_pct", "NCCL % of CUDA time"), ("input_share_pct", "input % of step"),
+                 ("slowdown_pct", "slowest rank % slower"), ("score", "slowest rank's score"),
+                 ("bubble_pct", "pipeline bubble % of step"))
 
 
 def parse_since(text: str, now: datetime) -> datetime:

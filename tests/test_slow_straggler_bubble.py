@@ -1,0 +1,96 @@
+"""straggler and pipeline_bubble (issue 15): a slow rank named by the straggler detectors, and a pipeline with too few
+micro-batches per step; each at and just past its threshold, and the healthy shapes that must stay quiet."""
+import json
+
+import pytest
+
+from conftest import ROOT
+
+CASES = {json.loads(x)["id"]: json.loads(x)["text"]
+         for x in (ROOT / "tests" / "corpus" / "wave8.jsonl").read_text().splitlines() if x.strip()}
+
+
+def _detector(lo: float, hi: float, slow: int, clock: int = 1980) -> str:
+    return (f" 0: INFO:megatron.core.utils:[2025-01-01 10:00:00] | MnRtt/Rnk: {lo:.2f}ms/4 | MxRtt/Rnk: {hi:.2f}ms/{slow} | "
+            f"MnPwr/Rnk: 600000W/4 | MxPwr/Rnk: 690000W/{slow} | MnClk/Rnk: {clock}MHz/{slow} | MxClk/Rnk: 1980MHz/4 | "
+            f"MnEtpt/Rnk: 250.00TF/{slow} | MxEtpt/Rnk: 300.00TF/4")
+
+
+def _ranks(findings):
+    return [f.facts["slow_ranks"] for f in findings if f.symptom == "straggler"]
+
+
+@pytest.mark.parametrize("spread,fires", [(1.099, False), (1.10, True), (1.5, True)])
+def test_megatron_detector_spread_threshold(run, spread, fires):
+    text = "\n".join(_detector(1000.0, 1000.0 * spread, 9) for _ in range(4))
+    assert _ranks(run(text).findings) == ([[9]] if fires else [])
+
+
+def test_megatron_detector_names_the_host_and_a_throttled_clock(run):
+    nccl = "ip-10-1-2-3:5120:5301 [1] NCCL INFO comm 0x55d0c0a1b2c0 rank 9 nranks 16 cudaDev 1 nvmlDev 1 busId 20 commId 0x1 - Init COMPLETE"
+    text = nccl + "\n" + "\n".join(_detector(1000.0, 1300.0, 9, clock=1200) for _ in range(3))
+    f = run(text).findings[0]
+    assert (f.facts["lagging_hosts"], f.facts["clock_mhz"], f.facts["slowdown_pct"]) == (["ip-10-1-2-3"], 1200.0, 30.0)
+    assert [s.id for s in f.steps][:2] == ["straggler.drain_and_test", "straggler.throttled"]
+
+
+def test_megatron_detector_warmup_and_a_wandering_slowest_rank_stay_quiet(run):
+    assert run(CASES["w8-meg-straggler-warmup-only"]).findings == []
+    assert run(CASES["w8-meg-straggler-jitter"]).findings == []
+    # two slow reports of four, with two different ranks: neither is a straggler
+    text = "\n".join([_detector(1000, 1200, 3), _detector(1000, 1200, 5), _detector(1000, 1010, 3), _detector(1000, 1010, 3)])
+    assert run(text).findings == []
+
+
+@pytest.mark.parametrize("score,fires", [(0.70, False), (0.69, True)])
+def test_nvrx_score_threshold(run, score, fires):
+    text = "\n".join(["GPU relative performance:", " Worst performing 2/64 ranks:",
+                      f"  Rank=33 Node=node-a Score={score:.2f}", "  Rank=2 Node=node-b Score=0.98",
+                      " Best performing 1/64 ranks:", "  Rank=0 Node=node-c Score=0.40"])
+    assert _ranks(run(text).findings) == ([[33]] if fires else [])   # a "best" list's numbers never count
+
+
+def test_nvrx_individual_drop_is_named_as_such(run):
+    f = run(CASES["w8-nvrx-individual-drop"]).findings[0]
+    assert f.facts["slow_ranks"] == [144, 145] and "got slower than they were" in f.title
+
+
+def test_korean_title_names_the_ranks(run):
+    from bot.titles_ko import title
+    f = run(CASES["w8-nvrx-relative-two-ranks-one-node"]).findings[0]
+    assert title(f).startswith("느린 rank가 작업 전체를 늦춤: rank 20, 21")
+
+
+@pytest.mark.parametrize("gbs,fires", [(18, False), (16, True)])
+def test_bubble_threshold_is_ten_percent(run, gbs, fires):
+    # PP 2, DP 1, micro-batch 2: 9 micro-batches give exactly 10% (quiet), 8 give 11.1%
+    text = "\n".join(["  pipeline_model_parallel_size ................... 2", "  data_parallel_size ............................. 1",
+                      f"  global_batch_size .............................. {gbs}", "  micro_batch_size ............................... 2"])
+    found = [f for f in run(text).findings if f.symptom == "pipeline_bubble"]
+    assert bool(found) is fires
+    if fires:
+        assert (found[0].facts["micro_batches"], found[0].facts["bubble_pct"]) == (8, 11.1)
+
+
+def test_smaller_micro_batch_keeps_the_global_batch(run):
+    text = "\n".join(["using world size: 32, data-parallel size: 2, context-parallel size: 1, tensor-model-parallel size: 4, "
+                      "pipeline-model-parallel size: 4", "  global_batch_size .............................. 64",
+                      "  micro_batch_size ............................... 4", "  num_layers ..................................... 30"])
+    f = run(text).findings[0]
+    # 64 / (4 · 2) = 8 micro-batches; a micro-batch of 2 gives 16 = 4 per stage; 30 layers / 4 stages do not split: no VPP
+    assert (f.facts["micro_batches"], f.facts["target_micro_batch_size"]) == (8, 2)
+    assert "target_virtual_stages" not in f.facts
+    changes = [(c.name, c.from_, c.to) for s in f.steps for c in s.changes]
+    assert ("--micro-batch-size", 4, 2) in changes and not any(c[0] == "--global-batch-size" for c in changes)
+
+
+@pytest.mark.parametrize("case", ["w8-meg-pp4-m64-healthy", "w8-meg-pp8-vpp4-m32-healthy", "w8-meg-pp1-healthy",
+                                  "w8-ds-pipe-2stages-m32-healthy", "w8-meg-pp2-m16-healthy"])
+def test_enough_micro_batches_stay_quiet(run, case):
+    assert run(CASES[case]).findings == []
+
+
+def test_virtual_pipeline_counts(run):
+    f = run(CASES["w8-meg-pp4-vpp2-m4"]).findings[0]
+    assert (f.facts["virtual_stages"], f.facts["bubble_pct"]) == (2, 27.3)
+    assert "target_virtual_stages" not in f.facts   # interleaving is on already
