@@ -20,7 +20,7 @@ SETTINGS: dict[str, type] = {
     "expert_model_parallel_size": int, "seq_length": int, "gradient_accumulation_steps": int, "hidden_size": int,
     # the HF Trainer's and Lightning's names
     "per_device_train_batch_size": int, "max_grad_norm": float, "learning_rate": float, "gradient_checkpointing": bool,
-    "accumulate_grad_batches": int, "gradient_clip_val": float,
+    "accumulate_grad_batches": int, "gradient_clip_val": float, "overlap_grad_reduce": bool,
 }
 # Several spellings of one setting, stored under one key.
 ALIASES = {"zero_optimization_stage": "zero_stage", "train_micro_batch_size_per_gpu": "micro_batch_size",
@@ -40,7 +40,7 @@ FLAG_TO_KEY = {
     "checkpoint-activations": "recompute_activations", "fp16": "fp16", "bf16": "bf16",
     "distributed-timeout-minutes": "distributed_timeout_minutes", "expert-model-parallel-size": "expert_model_parallel_size",
     "use-distributed-optimizer": "use_distributed_optimizer", "recompute-granularity": "recompute_granularity",
-    "hidden-size": "hidden_size", "seq-length": "seq_length",
+    "hidden-size": "hidden_size", "seq-length": "seq_length", "overlap-grad-reduce": "overlap_grad_reduce",
     # HF Trainer command lines
     "per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
     "max_grad_norm": "clip_grad", "learning_rate": "lr", "gradient_checkpointing": "recompute_activations",

@@ -92,7 +92,7 @@ _REGISTRY: tuple[Symptom, ...] = (
             report=THROUGHPUT, title_ko_format="GPU가 제 성능을 내지 못함: MFU나 활용률이 목표보다 낮음"),
     Symptom("slow_comm", "slow", "warning", 12, "Communication is slow", "통신이 느림",
             ("busbw_gbps", "comm_share_pct", "expected_gbps", "instance", "message_bytes", "nodes", "op", "ratio_pct",
-             "top_kernel"),
+             "reports", "timers", "top_kernel"),
             causes=("tcp_fallback", "efa_provider_missing", "nvlink_inactive", "version_mismatch"),
             report=THROUGHPUT, title_ko_format="통신이 느림: 집합 통신이 패브릭이 낼 수 있는 속도에 한참 못 미침"),
     Symptom("straggler", "slow", "warning", 12, "A slow rank or node holds the job back", "느린 rank/노드(straggler)",

@@ -11,9 +11,9 @@ from parsers.base import Context, Hit, Parser, findall, rx, search, strip_prefix
 from parsers.collectors.nccl_tests import NCCL_TESTS_ROW, TYPE_TRIGGERS
 from parsers.slow_pipeline import BubbleParser
 from parsers.slow_straggler import StragglerParser
+from parsers.slow_timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT, MegatronTimerParser
 from parsers.slow_util import UtilParser, UtilSamplesParser
 
-INPUT_BAD_PCT = 25.0   # a quarter of the step spent fetching data is a bottleneck worth the first look
 
 _HEADER = rx(r"^\s*Name\s+Self CPU %\s+Self CPU\s+CPU total %\s+CPU total\b")
 _DATALOADER_ROW = rx(r"^\s*(enumerate\(DataLoader\)\S*)\s+([\d.]+)%\s+\S+\s+([\d.]+)%\s+([\d.]+)(us|ms|s)\b")
@@ -130,58 +130,8 @@ class StepTimingParser(Parser):
                         confidence=0.75, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
 
 
-# Megatron's timers: either one line "time (ms) | forward-compute: F | ... | batch-generator: B" or, with
-# --timing-log-level, a "(min, max) time across ranks (ms):" block with one "name ....: (min, max)" line per timer.
-_MEGATRON_TIMER = rx(r"(forward-backward|forward-compute|backward-compute|batch-generator)\s*\.*:\s*"
-                     r"(?:\(\s*[\d.]+,\s*([\d.]+)\)|([\d.]+))")
-
-
-class MegatronTimerParser(Parser):
-    name = "slow_input_megatron"
-    triggers = ("batch-generator", "forward-backward", "forward-compute", "backward-compute")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.block: dict[str, float] = {}
-        self.shares: list[tuple[float, int, str]] = []
-        self.bg_line: tuple[int, str] | None = None
-
-    def _close(self) -> None:
-        b = self.block
-        step = b.get("forward-backward") or (b.get("forward-compute", 0.0) + b.get("backward-compute", 0.0))
-        if "batch-generator" in b and step > 0 and self.bg_line:
-            self.shares.append((min(1.0, b["batch-generator"] / step), *self.bg_line))
-        self.block, self.bg_line = {}, None
-
-    def feed(self, hit: Hit) -> None:
-        for m in findall(_MEGATRON_TIMER, hit.text):
-            name = m.group(1)
-            if name in self.block:
-                self._close()
-            self.block[name] = float(m.group(2) or m.group(3))
-            if name == "batch-generator":
-                self.bg_line = (hit.no, hit.text)
-
-    def finish(self, ctx: Context) -> list[Finding]:
-        self._close()
-        if not self.shares:
-            return []
-        share = round(100 * sum(s for s, _, _ in self.shares) / len(self.shares), 1)
-        if share <= INPUT_BAD_PCT:
-            return []
-        worst = max(self.shares)
-        self.ev.add(worst[1], worst[2])
-        title = (f"The step waits on input data: Megatron's batch-generator takes {share:g}% of forward-backward "
-                 f"over {len(self.shares)} timer report(s)")
-        return [Finding(symptom="slow_input", rule="slow_input.megatron_timers", title=title, severity="warning",
-                        confidence=0.75, evidence=self.ev.items,
-                        facts={"input_share_pct": share, "steps_read": len(self.shares),
-                               "worst_step_input_pct": round(100 * worst[0], 1)}, first_line=self.ev.first())]
-
-
 # slow_comm: the collectives run far below what the fabric carries — nccl-tests bus bandwidth at large messages
 # against the instance's expected figure, or NCCL kernels holding a large share of a profile's CUDA time.
-COMM_SHARE_BAD_PCT = 40.0
 _DASHES = rx(r"-{3,}")
 
 

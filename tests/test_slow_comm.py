@@ -45,3 +45,43 @@ def test_alltoall_and_unknown_hardware_are_not_judged(run):
     assert run(low.replace("# nThread", "$ ./alltoall_perf -b 64M -e 8G\n# nThread", 1)).findings == []
     consumer = CASES["w7-src-nccltests-p4d-low"].replace("NVIDIA A100-SXM4-40GB", "NVIDIA GeForce RTX 4090")
     assert run(consumer).findings == []
+
+
+TIMER_CASES = {json.loads(x)["id"]: json.loads(x)["text"]
+               for x in (ROOT / "tests" / "corpus" / "wave9.jsonl").read_text().splitlines() if x.strip()}
+
+
+def _changes(f):
+    return [(c.name, c.to) for s in f.steps for c in s.changes]
+
+
+@pytest.mark.parametrize("case,kind,change", [
+    ("w9-meg-legacy-allreduce-62pct", "megatron_legacy", ("--DDP-impl", "torch")),
+    ("w9-meg-core-minmax-sync", "megatron_core", ("--overlap-grad-reduce", True)),
+    ("w9-ds-allreduce-microstep", "deepspeed", ("zero_optimization.overlap_comm", True))])
+def test_timers_share_and_the_overlap_setting_of_that_stack(run, case, kind, change):
+    f = run(TIMER_CASES[case]).findings[0]
+    assert (f.rule, f.facts["timers"]) == ("slow_comm.timers", kind) and f.facts["comm_share_pct"] > 40
+    assert change in _changes(f)
+    others = {"--DDP-impl", "--overlap-grad-reduce", "zero_optimization.overlap_comm"} - {change[0]}
+    assert not others & {name for name, _ in _changes(f)}
+
+
+def test_timers_overlap_already_on_is_not_recommended_again(run):
+    text = "  overlap_grad_reduce ............................. True\n" + TIMER_CASES["w9-meg-core-minmax-sync"]
+    f = run(text).findings[0]
+    assert f.rule == "slow_comm.timers" and "--overlap-grad-reduce" not in {n for n, _ in _changes(f)}
+
+
+@pytest.mark.parametrize("allreduce,fires", [(40.0, False), (40.2, True)])
+def test_timers_threshold(run, allreduce, fires):
+    # older Megatron: forward 20 + backward 40 + all-reduce A + optimizer 0 → share A / (60 + A); 40 of 100 is quiet
+    line = f"time (ms) | forward-compute: 20.00 | backward-compute: 40.00 | backward-params-all-reduce: {allreduce:.2f} | optimizer: 0.00"
+    got = [f.rule for f in run("\n".join([line] * 2)).findings]
+    assert got == (["slow_comm.timers"] if fires else [])
+
+
+@pytest.mark.parametrize("case", ["w9-meg-core-sync-small", "w9-ds-allreduce-small", "w9-meg-legacy-allreduce-small",
+                                  "w9-meg-core-first-report-only"])
+def test_timers_healthy_counterparts_stay_quiet(run, case):
+    assert run(TIMER_CASES[case]).findings == []

@@ -1,0 +1,120 @@
+"""Megatron's and DeepSpeed's per-phase timers, read for two slow symptoms: slow_input (Megatron's batch-generator
+against forward-backward) and slow_comm (gradient all-reduce / reduce-scatter and parameter all-gather against the
+whole step). The thresholds of both symptoms live here; parsers/slow.py imports them.
+
+Megatron prints its timers either on one line, "time (ms) | forward-compute: F | backward-compute: B |
+backward-params-all-reduce: A | … | optimizer: O | batch-generator: G" (older releases), or with --timing-log-level as
+a "(min, max) time across ranks (ms):" block with one "name ....: (min, max)" line per timer (the max is read). The
+gradient sync is `backward-params-all-reduce` + `backward-embedding-all-reduce` (or their sum,
+`backward-reduce-model-grads`) in older Megatron, outside forward-backward; `all-grads-sync` and the layer-norm and
+embedding all-reduces in Megatron Core, inside forward-backward; `params-all-gather` inside the optimizer step.
+DeepSpeed's wall-clock breakdown prints "time (ms) | forward_microstep: F | backward_microstep: B |
+backward_inner_microstep: I | backward_allreduce_microstep: A | step_microstep: S" (A is part of B)."""
+from __future__ import annotations
+
+from core.models import Finding
+from parsers.base import Context, EvidenceBox, Hit, Parser, findall, rx
+
+INPUT_BAD_PCT = 25.0        # a quarter of the step spent fetching data is a bottleneck worth the first look
+COMM_SHARE_BAD_PCT = 40.0   # collectives holding this much of the step: the step waits on communication
+
+_OLD_SYNC = ("backward-params-all-reduce", "backward-embedding-all-reduce", "backward-layernorm-all-reduce")
+_CORE_SYNC = ("all-grads-sync", "layernorm-grads-all-reduce", "embedding-grads-all-reduce")
+_DS = ("forward_microstep", "backward_microstep", "backward_allreduce_microstep", "step_microstep")
+_NAMES = ("forward-backward", "forward-compute", "backward-compute", "batch-generator", "optimizer",
+          "backward-reduce-model-grads", "params-all-gather", *_OLD_SYNC, *_CORE_SYNC, *_DS)
+_KIND = {**dict.fromkeys(_CORE_SYNC, "megatron_core"), **dict.fromkeys(_OLD_SYNC, "megatron_legacy"),
+         "backward-reduce-model-grads": "megatron_legacy", "backward_allreduce_microstep": "deepspeed"}
+_TIMER = rx(r"(?<![\w-])(" + "|".join(sorted(_NAMES, key=len, reverse=True)) + r")\s*\.*:\s*"
+            r"(?:\(\s*[\d.]+,\s*([\d.]+)\)|([\d.]+))")
+
+
+def _comm_share(b: dict[str, float]) -> float | None:
+    """The share of one report's step spent in data-parallel collectives, or None when it does not say."""
+    if "backward_allreduce_microstep" in b:
+        total = b.get("forward_microstep", 0.0) + b.get("backward_microstep", 0.0) + b.get("step_microstep", 0.0)
+        return b["backward_allreduce_microstep"] / total if total > 0 else None
+    old = b.get("backward-reduce-model-grads", sum(b.get(n, 0.0) for n in _OLD_SYNC))
+    core = sum(b.get(n, 0.0) for n in _CORE_SYNC) + b.get("params-all-gather", 0.0)
+    if old + core <= 0:
+        return None
+    if "forward-backward" in b:        # Megatron Core: the sync inside forward-backward, the all-gather in optimizer
+        total = b["forward-backward"] + b.get("optimizer", 0.0)
+    else:                              # older Megatron: the all-reduce after forward and backward compute
+        total = b.get("forward-compute", 0.0) + b.get("backward-compute", 0.0) + old + b.get("optimizer", 0.0)
+    return min(1.0, (old + core) / total) if total > 0 else None
+
+
+class MegatronTimerParser(Parser):
+    name = "megatron_timers"
+    triggers = ("batch-generator", "forward-backward", "forward-compute", "backward-compute", "all-grads-sync",
+                "backward-params-all-reduce", "backward-reduce-model-grads", "params-all-gather",
+                "backward_allreduce_microstep")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block: dict[str, float] = {}
+        self.line: tuple[int, str] | None = None       # the block's first line
+        self.shares: list[tuple[float, int, str]] = []   # batch-generator / forward-backward, per report
+        self.comm: list[tuple[float, int, str]] = []     # collectives / step, per report
+        self.bg_line: tuple[int, str] | None = None
+        self.kind = ""   # which timers: megatron_core, megatron_legacy or deepspeed (their overlap settings differ)
+
+    def _close(self) -> None:
+        b = self.block
+        step = b.get("forward-backward") or (b.get("forward-compute", 0.0) + b.get("backward-compute", 0.0))
+        if "batch-generator" in b and step > 0 and self.bg_line:
+            self.shares.append((min(1.0, b["batch-generator"] / step), *self.bg_line))
+        share = _comm_share(b)
+        if share is not None and self.line:
+            self.comm.append((share, *self.line))
+        self.block, self.bg_line, self.line = {}, None, None
+
+    def feed(self, hit: Hit) -> None:
+        for m in findall(_TIMER, hit.text):
+            name = m.group(1)
+            if name in self.block:
+                self._close()
+            self.block[name] = float(m.group(2) or m.group(3))
+            if name in _KIND:
+                self.kind = _KIND[name]
+            self.line = self.line or (hit.no, hit.text)
+            if name == "batch-generator":
+                self.bg_line = (hit.no, hit.text)
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        self._close()
+        return [*self._input(), *self._slow_comm()]
+
+    def _input(self) -> list[Finding]:
+        if not self.shares:
+            return []
+        share = round(100 * sum(s for s, _, _ in self.shares) / len(self.shares), 1)
+        if share <= INPUT_BAD_PCT:
+            return []
+        worst = max(self.shares)
+        self.ev.add(worst[1], worst[2])
+        title = (f"The step waits on input data: Megatron's batch-generator takes {share:g}% of forward-backward "
+                 f"over {len(self.shares)} timer report(s)")
+        return [Finding(symptom="slow_input", rule="slow_input.megatron_timers", title=title, severity="warning",
+                        confidence=0.75, evidence=self.ev.items,
+                        facts={"input_share_pct": share, "steps_read": len(self.shares),
+                               "worst_step_input_pct": round(100 * worst[0], 1)}, first_line=self.ev.first())]
+
+    def _slow_comm(self) -> list[Finding]:
+        reports = self.comm[1:] if len(self.comm) >= 3 else self.comm   # the first report carries the warm-up
+        if not reports:
+            return []
+        share = round(100 * sum(s for s, _, _ in reports) / len(reports), 1)
+        if share <= COMM_SHARE_BAD_PCT:
+            return []
+        ev = EvidenceBox()
+        ev.add(*max(reports)[1:])
+        title = (f"Gradient collectives take {share:g}% of the step in the training timers over {len(reports)} "
+                 "report(s): the step waits on communication")
+        return [Finding(symptom="slow_comm", rule="slow_comm.timers", title=title, severity="warning", confidence=0.7,
+                        evidence=ev.items, facts={"comm_share_pct": share, "reports": len(reports), "timers": self.kind},
+                        first_line=ev.first())]
+
+
+PARSERS = (MegatronTimerParser,)
