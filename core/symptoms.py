@@ -105,7 +105,7 @@ _REGISTRY: tuple[Symptom, ...] = (
              "target_micro_batch_size",
              "target_micro_batches", "target_virtual_stages", "virtual_stages"),
             report=THROUGHPUT,
-            title_ko_format="파이프라인 버블: 스테이지 {pipeline_stages}개에 스텝당 마이크로배치 {micro_batches}개, "
+            title_ko_format="스테이지 {pipeline_stages}개에 스텝당 마이크로배치 {micro_batches}개, "
                             "GPU가 스텝의 약 {bubble_pct}% 동안 쉼"),
 )
 

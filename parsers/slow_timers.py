@@ -23,6 +23,8 @@ _CORE_SYNC = ("all-grads-sync", "layernorm-grads-all-reduce", "embedding-grads-a
 _DS = ("forward_microstep", "backward_microstep", "backward_allreduce_microstep", "step_microstep")
 _NAMES = ("forward-backward", "forward-compute", "backward-compute", "batch-generator", "optimizer",
           "backward-reduce-model-grads", "params-all-gather", *_OLD_SYNC, *_CORE_SYNC, *_DS)
+_COMM = frozenset((*_OLD_SYNC, *_CORE_SYNC, "backward-reduce-model-grads", "params-all-gather",
+                   "backward_allreduce_microstep"))
 _KIND = {**dict.fromkeys(_CORE_SYNC, "megatron_core"), **dict.fromkeys(_OLD_SYNC, "megatron_legacy"),
          "backward-reduce-model-grads": "megatron_legacy", "backward_allreduce_microstep": "deepspeed"}
 _TIMER = rx(r"(?<![\w-])(" + "|".join(sorted(_NAMES, key=len, reverse=True)) + r")\s*\.*:\s*"
@@ -54,7 +56,8 @@ class MegatronTimerParser(Parser):
     def __init__(self) -> None:
         super().__init__()
         self.block: dict[str, float] = {}
-        self.line: tuple[int, str] | None = None       # the block's first line
+        self.line: tuple[int, str] | None = None       # evidence: the block's largest collective, else its first line
+        self.line_value = -1.0
         self.shares: list[tuple[float, int, str]] = []   # batch-generator / forward-backward, per report
         self.comm: list[tuple[float, int, str]] = []     # collectives / step, per report
         self.bg_line: tuple[int, str] | None = None
@@ -68,7 +71,7 @@ class MegatronTimerParser(Parser):
         share = _comm_share(b)
         if share is not None and self.line:
             self.comm.append((share, *self.line))
-        self.block, self.bg_line, self.line = {}, None, None
+        self.block, self.bg_line, self.line, self.line_value = {}, None, None, -1.0
 
     def feed(self, hit: Hit) -> None:
         for m in findall(_TIMER, hit.text):
@@ -78,7 +81,8 @@ class MegatronTimerParser(Parser):
             self.block[name] = float(m.group(2) or m.group(3))
             if name in _KIND:
                 self.kind = _KIND[name]
-            self.line = self.line or (hit.no, hit.text)
+            if self.line is None or (name in _COMM and self.block[name] >= self.line_value):
+                self.line, self.line_value = (hit.no, hit.text), self.block[name] if name in _COMM else -1.0
             if name == "batch-generator":
                 self.bg_line = (hit.no, hit.text)
 
