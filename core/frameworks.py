@@ -120,5 +120,5 @@ def name_for(concept: str, primary: str | None, sharding: str | None) -> Name | 
     if fw is None:
         base = table.get(MEGATRON) or next(iter(table.values()))
         others = "; ".join(f"{LABELS[f]}: {n.name}" for f, n in table.items() if f != MEGATRON)
-        return Name(base.kind, base.name, base.value, f"framework not recognised in the log; {others}")
+        return Name(base.kind, base.name, base.value, "; ".join(x for x in ("framework not recognised in the log", others) if x))
     return table.get(fw)

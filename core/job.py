@@ -41,6 +41,7 @@ FLAG_TO_KEY = {
     "distributed-timeout-minutes": "distributed_timeout_minutes", "expert-model-parallel-size": "expert_model_parallel_size",
     "use-distributed-optimizer": "use_distributed_optimizer", "recompute-granularity": "recompute_granularity",
     "hidden-size": "hidden_size", "seq-length": "seq_length", "overlap-grad-reduce": "overlap_grad_reduce",
+    "num-layers-per-virtual-pipeline-stage": "num_layers_per_virtual_pipeline_stage",
     # HF Trainer command lines
     "per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
     "max_grad_norm": "clip_grad", "learning_rate": "lr", "gradient_checkpointing": "recompute_activations",

@@ -21,6 +21,8 @@ _DP = rx(r"(?<![\w-])(?:--)?data[_-]parallel(?:[_-]| )size\b(?:\s*\.{2,}|:|=)?\s
 _CONSTANT = rx(r"setting number of micro-?batches to constant (\d+)")
 _DS_CONFIG = rx(r"CONFIG: micro_batches=(\d+) micro_batch_size=(\d+)(?:.*?num_stages=(\d+))?")
 _DS_STAGE = rx(r"\bRANK=\d+ STAGE=(\d+) LAYERS=")
+_RAMPUP = rx(r"batch size rampup starting from global batch size (\d+) to global batch size (\d+) with batch ?size "
+             r"increments (\d+) over (\d+) samples")
 _GBS = rx(r"(?<![\w-])(?:--)?global[_-]batch[_-]size\b(?:\s*\.{2,}|:|=)?\s*(\d+)\b")
 
 
@@ -28,7 +30,8 @@ class BubbleParser(Parser):
     name = "pipeline_bubble"
     triggers = ("pipeline_model_parallel_size", "pipeline-model-parallel size",
                 "pipeline-model-parallel-size", "micro-batches to constant",
-                "microbatches to constant", "CONFIG: micro_batches=", " STAGE=", "global_batch_size", "global-batch-size")
+                "microbatches to constant", "CONFIG: micro_batches=", " STAGE=", "global_batch_size", "global-batch-size",
+                "batch size rampup starting from")
 
     def __init__(self) -> None:
         super().__init__()
@@ -36,6 +39,7 @@ class BubbleParser(Parser):
         self.values: dict[str, int] = {}
         self.deepspeed = False
         self.max_stage = -1
+        self.rampup: tuple[int, int, int] | None = None   # (first global batch, increment, ramp-up samples)
 
     def _keep(self, what: str, value: int, hit: Hit) -> None:
         self.values[what] = value
@@ -55,6 +59,12 @@ class BubbleParser(Parser):
             self.values["micro_batch_size"] = int(m.group(2))
             if m.group(3):
                 self._keep("pp", int(m.group(3)), hit)
+            return
+        m = search(_RAMPUP, t)
+        if m:   # Megatron's batch-size ramp-up: few micro-batches until the global batch has grown
+            self.rampup = (int(m.group(1)), int(m.group(3)), int(m.group(4)))
+            self._keep("gbs", int(m.group(2)), hit)
+            self.seen_at["rampup"] = (hit.no, t)
             return
         m = search(_CONSTANT, t)
         if m:
@@ -91,7 +101,7 @@ class BubbleParser(Parser):
             return []
         bubble = 100 * (pp - 1) / (v * m + pp - 1)
         if bubble <= BUBBLE_BAD_PCT:
-            return []
+            return self._rampup(pp, v, mbs, job)
         facts: dict[str, Any] = {"pipeline_stages": pp, "micro_batches": m, "bubble_pct": round(bubble, 1),
                                  "target_micro_batches": PER_STAGE * pp}
         if v > 1:
@@ -105,6 +115,32 @@ class BubbleParser(Parser):
         return [Finding(symptom="pipeline_bubble", rule="pipeline_bubble.micro_batches", title=title,
                         severity="warning", confidence=0.7 if bubble < 2 * BUBBLE_BAD_PCT else 0.8,
                         evidence=self.ev.items, facts=facts, first_line=self.ev.first() if self.ev.items else 0)]
+
+
+    def _rampup(self, pp: int, v: int, mbs: int | None, job: dict[str, Any]) -> list[Finding]:
+        """The full batch fills the pipeline, but a batch-size ramp-up starts it with few micro-batches: the bubble of
+        the first global batch, and the first global batch that gives four micro-batches per stage."""
+        dp = self.values.get("dp") or job.get("data_parallel_size")
+        if not self.rampup or not mbs or not dp:
+            return []
+        start, step, samples = self.rampup
+        m0 = max(1, start // (mbs * dp))
+        bubble = 100 * (pp - 1) / (v * m0 + pp - 1)
+        if bubble <= BUBBLE_BAD_PCT:
+            return []
+        full = PER_STAGE * pp * mbs * dp
+        facts: dict[str, Any] = {"pipeline_stages": pp, "micro_batches": m0, "bubble_pct": round(bubble, 1),
+                                 "target_micro_batches": PER_STAGE * pp, "rampup": f"{start} {step} {samples}"}
+        if start < full <= (self.values.get("gbs") or 0):
+            facts["full_pipeline_batch"] = full
+            facts["target_rampup"] = f"{full} {step} {samples}"
+        for no, text in sorted({self.seen_at[w] for w in ("pp", "rampup") if w in self.seen_at}):
+            self.ev.add(no, text)
+        title = (f"Pipeline bubble during batch-size ramp-up: the first global batch of {start} gives {m0} micro-batch"
+                 f"{'es' if m0 > 1 else ''} per step on {pp} stages, about {facts['bubble_pct']:g}% of each step idle")
+        return [Finding(symptom="pipeline_bubble", rule="pipeline_bubble.rampup", title=title, severity="warning",
+                        confidence=0.5, evidence=self.ev.items, facts=facts,
+                        first_line=self.ev.first() if self.ev.items else 0)]
 
 
 def _targets(pp: int, m: int, v: int, mbs: int | None, gbs: int | None, dp: int | None, job: dict[str, Any],

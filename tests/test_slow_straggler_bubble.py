@@ -94,3 +94,22 @@ def test_virtual_pipeline_counts(run):
     f = run(CASES["w8-meg-pp4-vpp2-m4"]).findings[0]
     assert (f.facts["virtual_stages"], f.facts["bubble_pct"]) == (2, 27.3)
     assert "target_virtual_stages" not in f.facts   # interleaving is on already
+
+
+def test_rampup_start_is_judged_when_the_full_batch_is_fine(run):
+    f = run(CASES["w8-meg-pp4-rampup-start"]).findings[0]
+    assert f.rule == "pipeline_bubble.rampup"
+    assert (f.facts["micro_batches"], f.facts["bubble_pct"], f.facts["full_pipeline_batch"]) == (4, 42.9, 128)
+    change = [(c.name, c.from_, c.to) for s in f.steps for c in s.changes]
+    assert change == [("--rampup-batch-size", "32 32 2000000", "128 32 2000000")]
+    assert run(CASES["w8-meg-rampup-starts-full"]).findings == []
+
+
+def test_full_batch_bubble_wins_over_the_rampup(run):
+    f = run(CASES["w8-meg-pp12-rampup-full-batch-64"]).findings[0]
+    assert (f.rule, f.facts["micro_batches"], f.facts["bubble_pct"]) == ("pipeline_bubble.micro_batches", 64, 14.7)
+
+
+def test_old_virtual_pipeline_flag_counts(run):
+    f = run(CASES["w8-meg-old-vpp-flag"]).findings[0]
+    assert (f.facts["virtual_stages"], f.facts["bubble_pct"]) == (2, 27.3)
