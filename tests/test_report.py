@@ -294,3 +294,22 @@ def test_an_alltoall_benchmark_is_shown_but_never_judged_against_the_ring_collec
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| alltoall | 2 × p5 | 91.9 GB/s (8192 MiB) | – | – |" in md and "none for alltoall" in md
 
+
+
+def test_report_lists_stragglers_and_pipeline_bubbles(tmp_path, run):
+    """The slow family's newer symptoms reach the throughput section with their key number, and a straggler's host
+    becomes a node to check."""
+    store = Store(tmp_path / "s.db")
+    for path, job, days in (("straggler/nvrx_two_ranks_one_node.log", "job-s", 1),
+                            ("straggler/megatron_detector_throttled.log", "job-t", 2),
+                            ("pipeline_bubble/megatron_pp4_m4.log", "job-p", 3)):
+        data = (F / path).read_bytes()
+        store.record(run(data, path), data, source="cli", job_key=job,
+                     at=(NOW - timedelta(days=days)).isoformat(timespec="seconds"))
+    r = report.make(store, NOW - timedelta(days=7), NOW, tmp_path / "out").data
+    got = {(t["job"], t["symptom"]): (t["measure"], t["value"]) for t in r.throughput}
+    assert got[("job-s", "straggler")] == ("slowest rank's score", 0.52)
+    assert got[("job-t", "straggler")] == ("slowest rank % slower", 22.1)
+    assert got[("job-p", "pipeline_bubble")] == ("pipeline bubble % of step", 42.9)
+    node = next(n for n in r.nodes if n["host"] == "gpu-st-p5-002")
+    assert "lagging" in node["roles"] and node["symptoms"]["straggler"] == 1
