@@ -53,6 +53,11 @@ def vpp_for(job: dict[str, Any], pp: int | None) -> int | None:
     return legal[(len(legal) - 1) // 2] if legal else None
 
 
+def bubble(pp: int, micro_batches: int, virtual: int = 1) -> float:
+    """Idle share of a 1F1B pipeline step: (p − 1) / (v·m + p − 1) for p stages, m micro-batches, v virtual stages."""
+    return (pp - 1) / (virtual * micro_batches + pp - 1)
+
+
 def derived(job: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     tp, pp = next_tp(job), next_pp(job)

@@ -196,8 +196,7 @@ def candidates(m: Model, gpus: int, gpu_gib: float, network: str = "efa", mb: in
 
 def bubble(pp: int, micro_batches: int | None = None) -> float:
     """Idle share of a 1F1B pipeline: (p − 1) / (m + p − 1), at the seeds' m = 4·p unless given."""
-    m = micro_batches or 4 * pp
-    return (pp - 1) / (m + pp - 1)
+    return layout.bubble(pp, micro_batches or 4 * pp)
 
 
 def cost(c: Candidate, network: str, per_node: int = layout.GPUS_PER_NODE) -> float:

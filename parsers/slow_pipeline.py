@@ -99,7 +99,7 @@ class BubbleParser(Parser):
         pp, m, v, mbs = self._sizes(job)
         if not pp or pp < 2 or not m or m < 1:
             return []
-        bubble = 100 * (pp - 1) / (v * m + pp - 1)
+        bubble = 100 * layout.bubble(pp, m, v)
         if bubble <= BUBBLE_BAD_PCT:
             return self._rampup(pp, v, mbs, job)
         facts: dict[str, Any] = {"pipeline_stages": pp, "micro_batches": m, "bubble_pct": round(bubble, 1),
@@ -125,7 +125,7 @@ class BubbleParser(Parser):
             return []
         start, step, samples = self.rampup
         m0 = max(1, start // (mbs * dp))
-        bubble = 100 * (pp - 1) / (v * m0 + pp - 1)
+        bubble = 100 * layout.bubble(pp, m0, v)
         if bubble <= BUBBLE_BAD_PCT:
             return []
         full = PER_STAGE * pp * mbs * dp
@@ -167,7 +167,7 @@ def _targets(pp: int, m: int, v: int, mbs: int | None, gbs: int | None, dp: int 
     if vpp:
         out["target_virtual_stages"] = vpp
         out["layers_per_virtual_stage"] = job["num_layers"] // (pp * vpp)
-    out["bubble_pct_after"] = round(100 * (pp - 1) / ((vpp or v) * m + pp - 1), 1)
+    out["bubble_pct_after"] = round(100 * layout.bubble(pp, m, vpp or v), 1)
     return out
 
 
