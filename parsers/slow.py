@@ -11,7 +11,7 @@ from parsers.base import Context, Hit, Parser, findall, rx, search, strip_prefix
 from parsers.collectors.nccl_tests import NCCL_TESTS_ROW, TYPE_TRIGGERS
 from parsers.slow_pipeline import BubbleParser
 from parsers.slow_straggler import StragglerParser
-from parsers.slow_timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT, MegatronTimerParser
+from parsers.slow_timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT, LightningProfilerParser, MegatronTimerParser
 from parsers.slow_util import UtilParser, UtilSamplesParser
 
 
@@ -214,5 +214,5 @@ class CommProfileParser(Parser):
                         first_line=self.ev.first())]
 
 
-PARSERS = (InputParser, StepTimingParser, MegatronTimerParser, UtilParser, UtilSamplesParser, BusbwParser,
+PARSERS = (InputParser, StepTimingParser, MegatronTimerParser, LightningProfilerParser, UtilParser, UtilSamplesParser, BusbwParser,
            CommProfileParser, StragglerParser, BubbleParser)

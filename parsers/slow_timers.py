@@ -1,4 +1,4 @@
-"""Megatron's and DeepSpeed's per-phase timers, read for two slow symptoms: slow_input (Megatron's batch-generator
+"""Per-phase timers that frameworks print: Megatron's and DeepSpeed's, read for two slow symptoms: slow_input (Megatron's batch-generator
 against forward-backward) and slow_comm (gradient all-reduce / reduce-scatter and parameter all-gather against the
 whole step). The thresholds of both symptoms live here; parsers/slow.py imports them.
 
@@ -9,7 +9,8 @@ gradient sync is `backward-params-all-reduce` + `backward-embedding-all-reduce` 
 `backward-reduce-model-grads`) in older Megatron, outside forward-backward; `all-grads-sync` and the layer-norm and
 embedding all-reduces in Megatron Core, inside forward-backward; `params-all-gather` inside the optimizer step.
 DeepSpeed's wall-clock breakdown prints "time (ms) | forward_microstep: F | backward_microstep: B |
-backward_inner_microstep: I | backward_allreduce_microstep: A | step_microstep: S" (A is part of B)."""
+backward_inner_microstep: I | backward_allreduce_microstep: A | step_microstep: S" (A is part of B). Lightning's
+SimpleProfiler report gives the data fetch's share of training (slow_input)."""
 from __future__ import annotations
 
 from core.models import Finding
@@ -121,4 +122,54 @@ class MegatronTimerParser(Parser):
                         first_line=ev.first())]
 
 
-PARSERS = (MegatronTimerParser,)
+
+
+class LightningProfilerParser(Parser):
+    """Lightning's SimpleProfiler report: "|  [_TrainingEpochLoop].train_dataloader_next\t|  0.21\t|  200\t|  42.0\t|
+    74.8\t|" rows (action, mean s, calls, total s, % of the profiled time; without `extended`, action, mean, total).
+    The input share is the data fetch's total over the training epochs' total (`run_training_epoch`), else the
+    row's own percentage of the profiled time. Older releases name the fetch `get_train_batch`."""
+    name = "slow_input_lightning"
+    triggers = ("train_dataloader_next", "get_train_batch", "run_training_epoch")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetch: tuple[float, float | None, str, int, str] | None = None   # total s, % column, action, line
+        self.epoch_total: float | None = None
+
+    def feed(self, hit: Hit) -> None:
+        cells = [c.strip() for c in hit.text.strip().strip("|").split("|")]
+        if len(cells) not in (3, 5) or not _number(cells[-1 if len(cells) == 3 else 3]):
+            return
+        action, total = cells[0], float(cells[-1 if len(cells) == 3 else 3])
+        if action == "run_training_epoch":
+            self.epoch_total = total
+        elif action.endswith(("train_dataloader_next", "get_train_batch")) and self.fetch is None:
+            pct = float(cells[4]) if len(cells) == 5 and _number(cells[4]) else None
+            self.fetch = (total, pct, action, hit.no, hit.text)
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        if self.fetch is None:
+            return []
+        total, pct, action, no, text = self.fetch
+        share = 100 * total / self.epoch_total if self.epoch_total else pct
+        if share is None or share <= INPUT_BAD_PCT:
+            return []
+        self.ev.add(no, text)
+        share = round(min(share, 100.0), 1)
+        facts = {"input_share_pct": share, "input_row": action}
+        title = (f"The step waits on input data: Lightning's profiler puts {share:g}% of the training time in "
+                 f"fetching batches ({action})")
+        return [Finding(symptom="slow_input", rule="slow_input.lightning_profiler", title=title, severity="warning",
+                        confidence=0.8, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
+
+
+def _number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+PARSERS = (MegatronTimerParser, LightningProfilerParser)
