@@ -1,9 +1,11 @@
 """low_gpu_util, part of the slow family (parsers/slow.py lists these readers with its own): the GPUs are busy far
 less than they could be. Two kinds of evidence, each over several readings:
 - model FLOPs utilisation as trainers print it (torchtitan/nanoGPT/nanochat "mfu", llm.c "% bf16 MFU", Composer's
-  throughput/device/mfu fraction) or TFLOP/s per GPU (Megatron --log-throughput, torchtitan "tflops") against the
+  throughput/device/mfu fraction) or TFLOP/s per GPU (Megatron --log-throughput, torchtitan "tflops",
+  Megatron-DeepSpeed "TFLOPs:") against the
   GPU's dense BF16 peak;
-- the SM / GPU-util column of nvidia-smi dmon or --query-gpu CSV samples while a job runs."""
+- the SM / GPU-util column of nvidia-smi dmon or --query-gpu CSV samples while a job runs, or DCGM's SM activity
+  (`dcgmi dmon -e 1002`: the SMACT column, a 0-1 ratio of cycles with an SM busy)."""
 from __future__ import annotations
 
 import re
@@ -22,10 +24,13 @@ UNNAMED_GPU_LOW_PCT = 8.0   # TFLOP/s on a GPU the log does not name: only a sho
 UTIL_LOW_PCT = 70.0     # the seeds' target: GPU utilisation at least 70%
 _MFU = rx(r"(?i)(?:\bmfu[:=]?\s+|throughput/device/mfu:\s*|\[MFU:\s*)(-?[\d.]+)(%)?|(-?[\d.]+)% bf16 MFU",
           needs=("mfu",), fold=True)
-_TFLOPS = rx(r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)|\btflops:\s*([\d,.]+)", needs=("TFLOP/s/GPU", "tflops:"))
+_TFLOPS = rx(r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)|\btflops:\s*([\d,.]+)|\| TFLOPs: ([\d.]+) \|",
+             needs=("TFLOP/s/GPU", "tflops:", "TFLOPs:"))   # the last: Megatron-DeepSpeed's per-GPU figure
 _GPU_NAME = rx(r"NVIDIA (?:[A-Z]\w*\s)?([ABGHL]\d{2,3}\w*)")
 _DMON_HEAD = rx(r"^#\s*gpu\s+(?:\w+\s+)*?sm\b")
 _CSV_HEAD = rx(r"utilization\.gpu \[%\]")
+_DCGM_HEAD = rx(r"^#Entity\s+(?:\w+\s+)*?SMACT\b")
+SM_ACTIVE_LOW_PCT = 50.0   # DCGM's SM activity: under 0.5 its own guidance calls the GPU ineffectively used
 
 
 def _peak(gpu: str, ctx: Context) -> tuple[str, float | None]:
@@ -36,10 +41,10 @@ def _peak(gpu: str, ctx: Context) -> tuple[str, float | None]:
 
 class UtilParser(Parser):
     name = "low_gpu_util"
-    triggers = ("mfu", "MFU", "TFLOP/s/GPU", "tflops:", "NVIDIA ")
+    triggers = ("mfu", "MFU", "TFLOP/s/GPU", "tflops:", "TFLOPs:", "NVIDIA ")
     # Megatron's --log-throughput figure is on every iteration line of every rank: read chunk-wide once it shows
     bulk = re.compile(rb"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)[^\n]*")
-    bulk_triggers = ("mfu", "MFU", "tflops:", "NVIDIA ")
+    bulk_triggers = ("mfu", "MFU", "tflops:", "TFLOPs:", "NVIDIA ")
 
     @classmethod
     def bulk_wanted(cls, sample: bytes) -> bool:
@@ -74,7 +79,7 @@ class UtilParser(Parser):
                 self.mfu.add(value, hit.no, t)
         m = search(_TFLOPS, t)
         if m and not (m.group(1) and self.bulk_read):   # Megatron's figure: read chunk-wide already
-            self.tflops.add(float((m.group(1) or m.group(2)).replace(",", "")), hit.no, t)
+            self.tflops.add(float((m.group(1) or m.group(2) or m.group(3)).replace(",", "")), hit.no, t)
 
     def finish(self, ctx: Context) -> list[Finding]:
         gpu, peak = _peak(self.gpu, ctx)
@@ -110,7 +115,7 @@ class UtilSamplesParser(Parser):
     """nvidia-smi dmon / --query-gpu CSV samples: the rows under the header carry no literal, so the header's hit
     brings the rows after it."""
     name = "low_gpu_util_samples"
-    triggers = ("# gpu", "utilization.gpu [%]")
+    triggers = ("# gpu", "utilization.gpu [%]", "#Entity")
     after = 64
 
     def __init__(self) -> None:
@@ -118,9 +123,13 @@ class UtilSamplesParser(Parser):
         self.samples: list[float] = []
         self.gpus: set[str] = set()
         self.head: tuple[int, str] | None = None
+        self.dcgm = False   # the samples are DCGM's SM activity (judged against its own, lower bar)
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
+        if search(_DCGM_HEAD, t):
+            self._dcgm(hit)
+            return
         if search(_DMON_HEAD, t):
             col, split = t.lstrip("#").split().index("sm"), str.split
         elif search(_CSV_HEAD, t):
@@ -141,16 +150,35 @@ class UtilSamplesParser(Parser):
                 continue
             self.gpus.add(cells[0].strip())
 
+    def _dcgm(self, hit: Hit) -> None:
+        """`dcgmi dmon` rows under "#Entity … SMACT …" (then an "ID" line): "GPU 0   0.512 …", N/A when unsampled."""
+        col = hit.text.lstrip("#").split().index("SMACT") + 1   # the entity takes two cells: "GPU 0"
+        self.head = self.head or (hit.no, hit.text)
+        self.dcgm = True
+        for row in hit.after:
+            cells = row.split()
+            if cells == ["ID"] or row.lstrip().startswith("#"):
+                continue
+            if len(cells) <= col or cells[0] != "GPU" or not cells[1].isdigit():
+                break
+            try:
+                self.samples.append(100 * float(cells[col]))
+            except ValueError:
+                continue
+            self.gpus.add(cells[1])
+
     def finish(self, ctx: Context) -> list[Finding]:
         # an idle GPU (every sample 0) is no job at all, not an underused one
         if len(self.samples) < 3 or not any(self.samples) or self.head is None:
             return []
         util = round(median(self.samples), 1)
-        if util >= UTIL_LOW_PCT:
+        low = SM_ACTIVE_LOW_PCT if self.dcgm else UTIL_LOW_PCT
+        if util >= low:
             return []
         self.ev.add(*self.head)
         facts = {"util_pct": util, "samples": len(self.samples), "gpus": len(self.gpus)}
-        title = (f"GPU utilisation is {util:g}% (median of {len(self.samples)} samples over {len(self.gpus)} GPU(s)), "
-                 f"under the {UTIL_LOW_PCT:g}% target")
+        what = "DCGM SM activity" if self.dcgm else "GPU utilisation"
+        title = (f"{what} is {util:g}% (median of {len(self.samples)} samples over {len(self.gpus)} GPU(s)), "
+                 f"under the {low:g}% {'DCGM guidance' if self.dcgm else 'target'}")
         return [Finding(symptom="low_gpu_util", rule="low_gpu_util.samples", title=title, severity="warning",
                         confidence=0.65, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]

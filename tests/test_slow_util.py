@@ -55,3 +55,34 @@ QUIET = [
 @pytest.mark.parametrize("text", QUIET, ids=[f"quiet-{i}" for i in range(len(QUIET))])
 def test_near_misses_stay_quiet(run, text):
     assert [f.symptom for f in run(text).findings] == []
+
+
+DCGM_HEAD = "#Entity   SMACT        SMOCC        TENSO\nID\n"
+
+
+@pytest.mark.parametrize("level,fires", [(0.499, True), (0.50, False)])
+def test_dcgm_sm_activity_is_judged_against_half(run, level, fires):
+    rows = "".join(f"GPU {g}     {level:.3f}        0.100        0.050\n" for g in range(4))
+    found = run(DCGM_HEAD + rows).findings
+    assert bool(found) is fires
+    if fires:
+        f = found[0]
+        assert (f.rule, f.facts["util_pct"], f.facts["gpus"]) == ("low_gpu_util.samples", 49.9, 4)
+        assert f.title.startswith("DCGM SM activity is 49.9%")
+
+
+def test_dcgm_unsampled_rows_and_an_idle_node(run):
+    rows = "GPU 0     N/A          N/A          N/A\n" + "".join(f"GPU {g}     0.120        0.0   0.0\n" for g in (1, 2, 3))
+    assert run(DCGM_HEAD + rows).findings[0].facts["samples"] == 3
+    idle = "".join(f"GPU {g}     0.000        0.000        0.000\n" for g in range(8))
+    assert run(DCGM_HEAD + idle).findings == []   # no job running, not an underused one
+
+
+def test_megatron_deepspeed_tflops_per_gpu(run):
+    line = (" iteration {i}/ 1000 | elapsed time per iteration (ms): 9100.0 | samples per second: 56.2 | "
+            "TFLOPs: {tf} |")
+    named = "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-2)\n" + _lines(line, [11.0, 38.1, 37.9, 38.0])
+    f = run(named).findings[0]
+    assert (f.facts["tflops_per_gpu"], f.facts["gpu_model"]) == (38.0, "A100")
+    # the same figures on an unnamed GPU are not low enough to say anything (8% of the A100 peak is 25 TFLOP/s)
+    assert run(_lines(line, [11.0, 38.1, 37.9, 38.0])).findings == []
