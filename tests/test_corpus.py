@@ -67,7 +67,9 @@ def test_project_corpus_is_gated_and_the_readme_table_is_current(engine, tmp_pat
     labels = Counter(json.loads(line)["label"] for path in files
                      for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
     assert sc.total >= 400 and labels["none"] >= 80
-    assert {s: labels[s] for s in SYMPTOMS if labels[s] < 10} == {}
+    # issue 15: the slow family's symptoms each need 15 cases, the others 10
+    floor = {s: 15 if SYMPTOMS[s].family == "slow" else 10 for s in SYMPTOMS}
+    assert {s: labels[s] for s in SYMPTOMS if labels[s] < floor[s]} == {}
     assert sc.accuracy >= 0.97, sc.wrong
     assert sc.none_with_findings == 0
     assert _below_keywords(files, sc) == {}
