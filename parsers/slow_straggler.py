@@ -36,6 +36,7 @@ class StragglerParser(Parser):
     def __init__(self) -> None:
         super().__init__()
         self.warned: dict[int, str] = {}            # rank -> "relative" or "individual", from warning lines
+        self.warnings: set[str] = set()
         self.section: tuple[str, bool] = ("", False)   # (which report, inside its worst-performing list)
         self.worst: dict[int, float] = {}            # rank -> lowest relative score listed among the worst
         self.nodes: dict[int, str] = {}
@@ -51,7 +52,9 @@ class StragglerParser(Parser):
             kind = "relative" if m.group(1).startswith("have") else "individual"
             for r in m.group(2).replace(",", " ").split():
                 self.warned.setdefault(int(r), kind)
-            self.ev.add(hit.no, t)
+            if t not in self.warnings:   # the same warning every report: shown once
+                self.warnings.add(t)
+                self.ev.add(hit.no, t)
             return
         m = search(_SECTION, t)
         if m:
