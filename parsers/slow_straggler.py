@@ -121,7 +121,8 @@ class StragglerParser(Parser):
                                  "slow_reports": len(slow), "slowdown_pct": round(100 * median(r[0] for r in mine), 1)}
         clocks = [(r[2], r[3]) for r in mine if r[2] is not None]
         if clocks and median(c[1] for c in clocks) < 0.9 * median(c[0] for c in clocks):
-            facts["clock_mhz"], facts["fleet_clock_mhz"] = median(c[1] for c in clocks), median(c[0] for c in clocks)
+            facts["clock_mhz"] = round(median(c[1] for c in clocks))
+            facts["fleet_clock_mhz"] = round(median(c[0] for c in clocks))
         host = ctx.rank_hosts.get(rank)
         if host:
             facts[F.LAGGING_HOSTS] = [host]

@@ -191,13 +191,20 @@ def test_no_pattern_backtracks_for_long_on_a_line_short_enough_to_search_untimed
     for name, p in patterns:
         texts = [line[:RX_UNTIMED] for line in ADVERSARIAL_LINES]
         texts += [(w + c * RX_UNTIMED)[:RX_UNTIMED] for w in (*p.needs, "") for c in " a1.:([,|-_/\t9e"]
+        compiled = p.compiled   # compiled once, outside the timing
         for t in texts:
-            t0 = time.perf_counter()
             try:
-                list(p.compiled.finditer(t, timeout=2.0))
+                # the better of two tries: a pause of the machine or the collector is not a backtracking pattern
+                took = min(_timed(compiled, t) for _ in range(2))
             except TimeoutError:
                 slow.append((name, t[:40], "timeout"))
                 continue
-            if time.perf_counter() - t0 > 0.05:
-                slow.append((name, t[:40], f"{time.perf_counter() - t0:.3f} s"))
+            if took > 0.05:
+                slow.append((name, t[:40], f"{took:.3f} s"))
     assert slow == []
+
+
+def _timed(compiled, text: str) -> float:
+    t0 = time.perf_counter()
+    list(compiled.finditer(text, timeout=2.0))
+    return time.perf_counter() - t0
