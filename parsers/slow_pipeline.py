@@ -23,6 +23,7 @@ _DS_CONFIG = rx(r"CONFIG: micro_batches=(\d+) micro_batch_size=(\d+)(?:.*?num_st
 _DS_STAGE = rx(r"\bRANK=\d+ STAGE=(\d+) LAYERS=")
 _RAMPUP = rx(r"batch size rampup starting from global batch size (\d+) to global batch size (\d+) with batch ?size "
              r"increments (\d+) over (\d+) samples")
+_TRAIN = rx(r"^\s*(?:\S+\s+)?(train_iters|train_samples) \.+ (\S+)\s*$")   # Megatron's dump; both None: not training
 _GBS = rx(r"(?<![\w-])(?:--)?global[_-]batch[_-]size\b(?:\s*\.{2,}|:|=)?\s*(\d+)\b")
 
 
@@ -31,7 +32,7 @@ class BubbleParser(Parser):
     triggers = ("pipeline_model_parallel_size", "pipeline-model-parallel size",
                 "pipeline-model-parallel-size", "micro-batches to constant",
                 "microbatches to constant", "CONFIG: micro_batches=", " STAGE=", "global_batch_size", "global-batch-size",
-                "batch size rampup starting from")
+                "batch size rampup starting from", "train_iters", "train_samples")
 
     def __init__(self) -> None:
         super().__init__()
@@ -40,6 +41,7 @@ class BubbleParser(Parser):
         self.deepspeed = False
         self.max_stage = -1
         self.rampup: tuple[int, int, int] | None = None   # (first global batch, increment, ramp-up samples)
+        self.train: dict[str, str] = {}   # Megatron's train_iters / train_samples as dumped
 
     def _keep(self, what: str, value: int, hit: Hit) -> None:
         self.values[what] = value
@@ -59,6 +61,10 @@ class BubbleParser(Parser):
             self.values["micro_batch_size"] = int(m.group(2))
             if m.group(3):
                 self._keep("pp", int(m.group(3)), hit)
+            return
+        m = search(_TRAIN, t)
+        if m:
+            self.train[m.group(1)] = m.group(2)
             return
         m = search(_RAMPUP, t)
         if m:   # Megatron's batch-size ramp-up: few micro-batches until the global batch has grown
@@ -99,6 +105,8 @@ class BubbleParser(Parser):
         pp, m, v, mbs = self._sizes(job)
         if not pp or pp < 2 or not m or m < 1:
             return []
+        if len(self.train) == 2 and set(self.train.values()) == {"None"}:
+            return []   # no training run (a text-generation server, a checkpoint converter): no step to fill
         bubble = 100 * layout.bubble(pp, m, v)
         if bubble <= BUBBLE_BAD_PCT:
             return self._rampup(pp, v, mbs, job)

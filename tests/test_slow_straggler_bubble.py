@@ -1,6 +1,7 @@
 """straggler and pipeline_bubble (issue 15): a slow rank named by the straggler detectors, and a pipeline with too few
 micro-batches per step; each at and just past its threshold, and the healthy shapes that must stay quiet."""
 import json
+import re
 
 import pytest
 
@@ -113,3 +114,11 @@ def test_full_batch_bubble_wins_over_the_rampup(run):
 def test_old_virtual_pipeline_flag_counts(run):
     f = run(CASES["w8-meg-old-vpp-flag"]).findings[0]
     assert (f.facts["virtual_stages"], f.facts["bubble_pct"]) == (2, 27.3)
+
+
+def test_a_megatron_process_that_does_not_train_has_no_bubble(run):
+    # Megatron's text-generation server and checkpoint tools dump the same arguments with neither length set
+    base = CASES["w8-meg-pp2-m2"]
+    assert run(base).findings[0].symptom == "pipeline_bubble"   # the argument dump gives train_iters 20000
+    inference = re.sub(r"(  train_iters \.+ )20000", r"\g<1>None\n  train_samples " + "." * 35 + " None", base)
+    assert inference != base and run(inference).findings == []
