@@ -27,6 +27,10 @@ _TRAIN = rx(r"^\s*(?:\S+\s+)?(train_iters|train_samples) \.+ (\S+)\s*$")   # Meg
 _GBS = rx(r"(?<![\w-])(?:--)?global[_-]batch[_-]size\b(?:\s*\.{2,}|:|=)?\s*(\d+)\b")
 
 
+_JOB_KEY = {"pp": "pipeline_model_parallel_size", "dp": "data_parallel_size", "gbs": "global_batch_size",
+            "micro_batch_size": "micro_batch_size"}   # what this reader read itself -> the job setting it falls back on
+
+
 class BubbleParser(Parser):
     name = "pipeline_bubble"
     triggers = ("pipeline_model_parallel_size", "pipeline-model-parallel size",
@@ -81,15 +85,18 @@ class BubbleParser(Parser):
             if m and what not in self.values:
                 self._keep(what, int(m.group(1)), hit)
 
+    def _val(self, job: dict[str, Any], what: str) -> Any:
+        return self.values.get(what) or job.get(_JOB_KEY[what])
+
     def _sizes(self, job: dict[str, Any]) -> tuple[int | None, int | None, int, int | None]:
         """(pipeline stages, micro-batches per step, virtual stages per GPU, micro-batch size)"""
-        pp = self.values.get("pp") or job.get("pipeline_model_parallel_size")
+        pp = self._val(job, "pp")
         if self.max_stage >= 1:
             pp = pp or self.max_stage + 1
             self.seen_at.setdefault("pp", self.seen_at["stages"])
-        mbs = self.values.get("micro_batch_size") or job.get("micro_batch_size")
+        mbs = self._val(job, "micro_batch_size")
         m = self.values.get("micro_batches")
-        gbs, dp = self.values.get("gbs") or job.get("global_batch_size"), self.values.get("dp") or job.get("data_parallel_size")
+        gbs, dp = self._val(job, "gbs"), self._val(job, "dp")
         if m is None and gbs and mbs and dp and gbs % (mbs * dp) == 0:
             m = gbs // (mbs * dp)
         if m is None and self.deepspeed is False and job.get("framework") == "deepspeed":
@@ -114,8 +121,7 @@ class BubbleParser(Parser):
                                  "target_micro_batches": PER_STAGE * pp}
         if v > 1:
             facts["virtual_stages"] = v
-        facts.update(_targets(pp, m, v, mbs, self.values.get("gbs") or job.get("global_batch_size"),
-                              self.values.get("dp") or job.get("data_parallel_size"), job, self.deepspeed))
+        facts.update(_targets(pp, m, v, mbs, self._val(job, "gbs"), self._val(job, "dp"), job, self.deepspeed))
         for no, text in sorted({self.seen_at[w] for w in ("pp", "micro_batches", "gbs", "dp") if w in self.seen_at}):
             self.ev.add(no, text)
         title = (f"Pipeline bubble: {pp} stages with {m} micro-batches per step leave each GPU idle about "
@@ -128,7 +134,7 @@ class BubbleParser(Parser):
     def _rampup(self, pp: int, v: int, mbs: int | None, job: dict[str, Any]) -> list[Finding]:
         """The full batch fills the pipeline, but a batch-size ramp-up starts it with few micro-batches: the bubble of
         the first global batch, and the first global batch that gives four micro-batches per stage."""
-        dp = self.values.get("dp") or job.get("data_parallel_size")
+        dp = self._val(job, "dp")
         if not self.rampup or not mbs or not dp:
             return []
         start, step, samples = self.rampup
@@ -139,7 +145,7 @@ class BubbleParser(Parser):
         full = PER_STAGE * pp * mbs * dp
         facts: dict[str, Any] = {"pipeline_stages": pp, "micro_batches": m0, "bubble_pct": round(bubble, 1),
                                  "target_micro_batches": PER_STAGE * pp, "rampup": f"{start} {step} {samples}"}
-        if start < full <= (self.values.get("gbs") or 0):
+        if start < full <= (self._val(job, "gbs") or 0):
             facts["full_pipeline_batch"] = full
             facts["target_rampup"] = f"{full} {step} {samples}"
         for no, text in sorted({self.seen_at[w] for w in ("pp", "rampup") if w in self.seen_at}):
