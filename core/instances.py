@@ -12,9 +12,16 @@ PEAK_TFLOPS = (("B300", 2250.0), ("GB200", 2250.0), ("B200", 2250.0), ("H200", 9
 # the node's EFA total across nodes)
 EXPECTED_BUSBW = {"p4d": (300.0, 50.0), "p4de": (300.0, 50.0), "p5": (450.0, 400.0), "p5e": (450.0, 400.0),
                   "p5en": (450.0, 400.0), "p6-b200": (900.0, 400.0), "p6-b300": (900.0, 800.0)}
+# the instance family a GPU's name points to, when the log names no instance type (the first key found wins)
+INSTANCE_BY_GPU = (("B300", "p6-b300"), ("GB200", "p6e-gb200"), ("B200", "p6-b200"), ("H200", "p5en"),
+                   ("H100", "p5"), ("A100", "p4d"))
 BUSBW_OK = 0.7   # below 70% of that, the fabric is not doing its job
 RING_OPS = ("all_reduce", "reduce_scatter", "all_gather")   # the collectives EXPECTED_BUSBW describes
 MIN_JUDGED_BYTES = 64 << 20   # small messages are latency-bound: judge on large ones, never on the average
+
+
+def instance_for_gpu(gpu: str) -> str | None:
+    return next((inst for key, inst in INSTANCE_BY_GPU if key in gpu), None) if gpu else None
 
 
 def peak_tflops(gpu: str) -> float | None:

@@ -9,6 +9,7 @@ from core import instances as I
 from core.models import Finding
 from parsers.base import Context, Hit, Parser, findall, rx, search, strip_prefixes
 from parsers.collectors.nccl_tests import NCCL_TESTS_ROW, TYPE_TRIGGERS
+from parsers.slow_inspector import InspectorParser
 from parsers.slow_pipeline import BubbleParser
 from parsers.slow_straggler import StragglerParser
 from parsers.slow_timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT, LightningProfilerParser, MegatronTimerParser
@@ -214,5 +215,5 @@ class CommProfileParser(Parser):
                         first_line=self.ev.first())]
 
 
-PARSERS = (InputParser, StepTimingParser, MegatronTimerParser, LightningProfilerParser, UtilParser, UtilSamplesParser, BusbwParser,
-           CommProfileParser, StragglerParser, BubbleParser)
+PARSERS = (InputParser, StepTimingParser, MegatronTimerParser, LightningProfilerParser, UtilParser, UtilSamplesParser,
+           BusbwParser, CommProfileParser, InspectorParser, StragglerParser, BubbleParser)

@@ -26,7 +26,7 @@ _MFU = rx(r"(?i)(?:\bmfu[:=]?\s+|throughput/device/mfu:\s*|\[MFU:\s*)(-?[\d.]+)(
           needs=("mfu",), fold=True)
 _TFLOPS = rx(r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)|\btflops:\s*([\d,.]+)|\| TFLOPs: ([\d.]+) \|",
              needs=("TFLOP/s/GPU", "tflops:", "TFLOPs:"))   # the last: Megatron-DeepSpeed's per-GPU figure
-_GPU_NAME = rx(r"NVIDIA (?:[A-Z]\w*\s)?([ABGHL]\d{2,3}\w*)")
+GPU_NAME = rx(r"NVIDIA (?:[A-Z]\w*\s)?([ABGHL]\d{2,3}\w*)")
 _DMON_HEAD = rx(r"^#\s*gpu\s+(?:\w+\s+)*?sm\b")
 _CSV_HEAD = rx(r"utilization\.gpu \[%\]")
 _DCGM_HEAD = rx(r"^#Entity\s+(?:\w+\s+)*?SMACT\b")
@@ -68,7 +68,7 @@ class UtilParser(Parser):
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
-        if not self.gpu and "NVIDIA " in t and (g := search(_GPU_NAME, t)):
+        if not self.gpu and "NVIDIA " in t and (g := search(GPU_NAME, t)):
             self.gpu = g.group(1)
         m = search(_MFU, t)
         if m:

@@ -85,3 +85,32 @@ def test_timers_threshold(run, allreduce, fires):
                                   "w9-meg-core-first-report-only"])
 def test_timers_healthy_counterparts_stay_quiet(run, case):
     assert run(TIMER_CASES[case]).findings == []
+
+
+def _inspector(busbw: float, size: int = 1 << 30, coll: str = "AllReduce", nodes: int = 2) -> str:
+    rec = ('{"header": {"id": "0x1", "rank": %d, "n_ranks": 16, "nnodes": %d}, "coll_perf": {"coll": "%s", '
+           '"coll_sn": %d, "coll_msg_size_bytes": %d, "coll_exec_time_us": 1000, "coll_algobw_gbs": 1.0, '
+           '"coll_busbw_gbs": %s}}')
+    lead = "h0:1:1 [0] NCCL INFO NET/OFI Running on p5.48xlarge platform\n"
+    return lead + "\n".join(rec % (r, nodes, coll, r, size, busbw) for r in range(4))
+
+
+@pytest.mark.parametrize("busbw,fires", [(280.0, False), (279.9, True)])
+def test_inspector_records_against_the_fabric(run, busbw, fires):
+    # two p5 nodes carry ~400 GB/s of EFA: under 70% of it (280) is slow
+    got = [(f.rule, f.facts["busbw_gbps"], f.facts["nodes"]) for f in run(_inspector(busbw)).findings]
+    assert got == ([("slow_comm.inspector", 279.9, 2)] if fires else [])
+
+
+def test_inspector_small_messages_and_alltoall_are_not_judged(run):
+    assert run(_inspector(5.0, size=32 << 20)).findings == []
+    assert run(_inspector(5.0, coll="AllToAll")).findings == []
+
+
+def test_inspector_pretty_printed_and_gpu_named(run):
+    f = run(TIMER_CASES["w9-inspector-pretty-rs-low"]).findings[0]
+    assert (f.facts["op"], f.facts["nodes"], f.facts["instance"]) == ("reduce_scatter", 4, "p5")
+    one = run(TIMER_CASES["w9-inspector-h100-one-node-low"]).findings[0]
+    assert (one.facts["instance"], one.facts["expected_gbps"], [s.id for s in one.steps][0]) == \
+        ("p5", 450.0, "slow_comm.nvlink")
+    assert run(TIMER_CASES["w9-inspector-no-instance"]).findings == []

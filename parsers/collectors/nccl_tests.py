@@ -4,6 +4,7 @@ Not a symptom: the numbers go to the diagnosis' `benchmarks` for the weekly repo
 what the instance type should reach."""
 from __future__ import annotations
 
+from core import instances as I
 from parsers.base import Collector, Context, Hit, rx, search, strip_prefixes
 
 _TYPES = ("float", "half", "bfloat16", "double", "int8", "uint8", "int32", "uint32", "int64", "uint64", "fp8_e4m3")
@@ -12,8 +13,6 @@ TYPE_TRIGGERS = tuple(f" {t} " for t in _TYPES)   # the data-type column of a re
 _OP = rx(r"\b(all_reduce|all_gather|alltoall|reduce_scatter|broadcast|reduce|sendrecv|gather|scatter|hypercube)_perf\b")
 _AVG = rx(r"Avg bus bandwidth\s*:\s*([\d.]+)")
 _RANK = rx(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
-_GPU_TO_INSTANCE = (("B300", "p6-b300"), ("GB200", "p6e-gb200"), ("B200", "p6-b200"), ("H200", "p5en"),
-                    ("H100", "p5"), ("A100", "p4d"))
 
 
 class NcclTestsCollector(Collector):
@@ -55,7 +54,7 @@ class NcclTestsCollector(Collector):
         best = max(self.rows, key=lambda r: r["size_bytes"])
         instance = ctx.job.get("instance_family")
         if not instance and self.gpu:
-            instance = next((inst for key, inst in _GPU_TO_INSTANCE if key in self.gpu), None)
+            instance = I.instance_for_gpu(self.gpu)
         ctx.benchmarks.append({
             "tool": "nccl-tests", "op": self.op or "unknown", "rows": self.rows, "avg_busbw": self.avg,
             "max_size_busbw": best["busbw"], "max_size_bytes": best["size_bytes"], "ranks": self.ranks or None,
