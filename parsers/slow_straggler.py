@@ -1,8 +1,9 @@
 """straggler: one rank or node slower than the rest, which every collective then waits for. Read from what the
 straggler detectors print, since a collective makes every rank's step time equal in ordinary step lines:
 
-- NVIDIA Resiliency Extension (NeMo, Megatron Bridge): "GPU relative performance:" reports ("Rank=76 Node=h100-…
-  Score=0.94", 1.0 = the best) and "STRAGGLER DETECTION WARNING: … Affected ranks: [76, 13]".
+- NVIDIA Resiliency Extension (its Lightning callback, NeMo, Megatron Bridge): "GPU relative performance:" reports
+  ("Rank=76 Node=h100-… Score=0.94", 1.0 = the best; every rank when they are few, else the worst and best few) and
+  "STRAGGLER DETECTION WARNING: … Affected ranks: {76, 13}" (a list in some versions).
 - Megatron's `--log-straggler` (megatron.core.utils.StragglerDetector): "| MnRtt/Rnk: 3453.08ms/8 | MxRtt/Rnk:
   3468.20ms/0 | … MnClk/Rnk: 1950MHz/28 | MxClk/Rnk: 1980MHz/0 | …" once a logging interval, per-rank time in the
   traced forward ops (min and max with their ranks), and "^^^^ Bottom N Ranks with lowest  Etpt(TF): 296.02/0, …"."""
@@ -19,7 +20,7 @@ from parsers.base import Context, Hit, Parser, ranks_text, rx, search
 NVRX_THRESHOLD = 0.7    # NVRx's default gpu_relative_perf_threshold: a score below it marks a straggler
 SPREAD_BAD = 0.10       # Megatron's detector: the slowest rank's time 10% over the fastest one's
 _WARNING = rx(r"STRAGGLER DETECTION WARNING: Some GPUs (have worse relative performance|performance dropped)\."
-              r"\s*Affected ranks: \[([\d,\s]*)\]")
+              r"\s*Affected ranks: [\[{]([\d,\s]*)[\]}]")   # a set ({76, 13}) or a list, as versions print it
 _SECTION = rx(r"GPU (relative|individual) performance:")
 _WORST = rx(r"Worst performing \d+/(\d+) ranks")
 _RANK_ROW = rx(r"^\s*Rank=(\d+)\s+Node=(\S+)\s+Score=([\d.]+)")
@@ -57,8 +58,8 @@ class StragglerParser(Parser):
                 self.ev.add(hit.no, t)
             return
         m = search(_SECTION, t)
-        if m:
-            self.section = (m.group(1), False)
+        if m:   # a small job lists every rank right under the header; a larger one, its worst and best few
+            self.section = (m.group(1), True)
             return
         if "performing" in t:
             self.section = (self.section[0], search(_WORST, t) is not None)

@@ -122,3 +122,12 @@ def test_a_megatron_process_that_does_not_train_has_no_bubble(run):
     assert run(base).findings[0].symptom == "pipeline_bubble"   # the argument dump gives train_iters 20000
     inference = re.sub(r"(  train_iters \.+ )20000", r"\g<1>None\n  train_samples " + "." * 35 + " None", base)
     assert inference != base and run(inference).findings == []
+
+
+def test_nvrx_prints_sets_and_lists_every_rank_of_a_small_job(run):
+    """NVRx's own callback: the affected ranks are a set ({5}), and a job with few ranks gets every rank listed
+    right under the header, with no "Worst performing" line."""
+    f = run(CASES["w8-nvrx-ptl-small-world"]).findings[0]
+    assert (f.facts["slow_ranks"], f.facts["score"], f.facts["lagging_hosts"]) == ([5], 0.48, ["ip-10-1-7-21"])
+    assert run(CASES["w8-nvrx-set-braces-only"]).findings[0].facts["slow_ranks"] == [12, 13]
+    assert run(CASES["w8-nvrx-ptl-small-world-healthy"]).findings == []
