@@ -140,6 +140,8 @@ class UtilSamplesParser(Parser):
         self.head = self.head or (hit.no, t)
         for row in hit.after:
             if row.lstrip().startswith("#"):
+                if search(_DMON_HEAD, row):
+                    break   # the header again (every screenful): its own hit reads the rows under it
                 continue
             cells = split(row)
             if len(cells) <= col or not cells[0].strip().isdigit():
@@ -157,6 +159,8 @@ class UtilSamplesParser(Parser):
         self.dcgm = True
         for row in hit.after:
             cells = row.split()
+            if row.lstrip().startswith("#Entity"):
+                break   # printed again every 14 rows: its own hit reads the rows under it
             if cells == ["ID"] or row.lstrip().startswith("#"):
                 continue
             if len(cells) <= col or cells[0] != "GPU" or not cells[1].isdigit():

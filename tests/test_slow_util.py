@@ -86,3 +86,11 @@ def test_megatron_deepspeed_tflops_per_gpu(run):
     assert (f.facts["tflops_per_gpu"], f.facts["gpu_model"]) == (38.0, "A100")
     # the same figures on an unnamed GPU are not low enough to say anything (8% of the A100 peak is 25 TFLOP/s)
     assert run(_lines(line, [11.0, 38.1, 37.9, 38.0])).findings == []
+
+
+def test_a_repeated_header_does_not_count_its_rows_twice(run):
+    # dcgmi dmon prints its header again every 14 rows; nvidia-smi dmon every screenful
+    block = DCGM_HEAD + "".join(f"GPU {g}     0.200        0.0   0.0\n" for g in range(7))
+    assert run(block * 3).findings[0].facts["samples"] == 21
+    rows = "".join(f"    {g}    300     40      -     35     20      0      0   2619   1980\n" for g in range(4))
+    assert run((DMON + rows) * 3).findings[0].facts["samples"] == 12
