@@ -9,7 +9,8 @@ gradient sync is `backward-params-all-reduce` + `backward-embedding-all-reduce` 
 `backward-reduce-model-grads`) in older Megatron, outside forward-backward; `all-grads-sync` and the layer-norm and
 embedding all-reduces in Megatron Core, inside forward-backward; `params-all-gather` inside the optimizer step.
 DeepSpeed's wall-clock breakdown prints "time (ms) | forward_microstep: F | backward_microstep: B |
-backward_inner_microstep: I | backward_allreduce_microstep: A | step_microstep: S" (A is part of B). Lightning's
+backward_inner_microstep: I | backward_allreduce_microstep: A | step_microstep: S" (A is part of B), per step without
+"_microstep", and in newer releases as fwd / bwd / bwd_inner / bwd_allreduce. Lightning's
 SimpleProfiler report gives the data fetch's share of training (slow_input)."""
 from __future__ import annotations
 
@@ -21,22 +22,26 @@ COMM_SHARE_BAD_PCT = 40.0   # collectives holding this much of the step: the ste
 
 _OLD_SYNC = ("backward-params-all-reduce", "backward-embedding-all-reduce", "backward-layernorm-all-reduce")
 _CORE_SYNC = ("all-grads-sync", "layernorm-grads-all-reduce", "embedding-grads-all-reduce")
-_DS = ("forward_microstep", "backward_microstep", "backward_allreduce_microstep", "step_microstep")
+# DeepSpeed's engine timers, per micro-step and per step, under their older and newer names -> one name each
+_DS = {**dict.fromkeys(("forward_microstep", "fwd_microstep", "forward", "fwd"), "ds_forward"),
+       **dict.fromkeys(("backward_microstep", "bwd_microstep", "backward", "bwd"), "ds_backward"),
+       **dict.fromkeys(("backward_allreduce_microstep", "bwd_allreduce_microstep", "backward_allreduce",
+                        "bwd_allreduce"), "ds_allreduce"),
+       **dict.fromkeys(("step_microstep", "step"), "ds_step")}
 _NAMES = ("forward-backward", "forward-compute", "backward-compute", "batch-generator", "optimizer",
           "backward-reduce-model-grads", "params-all-gather", *_OLD_SYNC, *_CORE_SYNC, *_DS)
-_COMM = frozenset((*_OLD_SYNC, *_CORE_SYNC, "backward-reduce-model-grads", "params-all-gather",
-                   "backward_allreduce_microstep"))
+_COMM = frozenset((*_OLD_SYNC, *_CORE_SYNC, "backward-reduce-model-grads", "params-all-gather", "ds_allreduce"))
 _KIND = {**dict.fromkeys(_CORE_SYNC, "megatron_core"), **dict.fromkeys(_OLD_SYNC, "megatron_legacy"),
-         "backward-reduce-model-grads": "megatron_legacy", "backward_allreduce_microstep": "deepspeed"}
+         "backward-reduce-model-grads": "megatron_legacy", "ds_allreduce": "deepspeed"}
 _TIMER = rx(r"(?<![\w-])(" + "|".join(sorted(_NAMES, key=len, reverse=True)) + r")\s*\.*:\s*"
             r"(?:\(\s*[\d.]+,\s*([\d.]+)\)|([\d.]+))")
 
 
 def _comm_share(b: dict[str, float]) -> float | None:
     """The share of one report's step spent in data-parallel collectives, or None when it does not say."""
-    if "backward_allreduce_microstep" in b:
-        total = b.get("forward_microstep", 0.0) + b.get("backward_microstep", 0.0) + b.get("step_microstep", 0.0)
-        return b["backward_allreduce_microstep"] / total if total > 0 else None
+    if "ds_allreduce" in b:   # DeepSpeed: the all-reduce is part of backward
+        total = b.get("ds_forward", 0.0) + b.get("ds_backward", 0.0) + b.get("ds_step", 0.0)
+        return b["ds_allreduce"] / total if total > 0 else None
     old = b.get("backward-reduce-model-grads", sum(b.get(n, 0.0) for n in _OLD_SYNC))
     core = sum(b.get(n, 0.0) for n in _CORE_SYNC) + b.get("params-all-gather", 0.0)
     if old + core <= 0:
@@ -52,7 +57,7 @@ class MegatronTimerParser(Parser):
     name = "megatron_timers"
     triggers = ("batch-generator", "forward-backward", "forward-compute", "backward-compute", "all-grads-sync",
                 "backward-params-all-reduce", "backward-reduce-model-grads", "params-all-gather",
-                "backward_allreduce_microstep")
+                "backward_allreduce", "bwd_allreduce")   # the last two: DeepSpeed's older and newer timer names
 
     def __init__(self) -> None:
         super().__init__()
@@ -76,7 +81,7 @@ class MegatronTimerParser(Parser):
 
     def feed(self, hit: Hit) -> None:
         for m in findall(_TIMER, hit.text):
-            name = m.group(1)
+            name = _DS.get(m.group(1), m.group(1))
             if name in self.block:
                 self._close()
             self.block[name] = float(m.group(2) or m.group(3))

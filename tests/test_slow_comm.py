@@ -114,3 +114,18 @@ def test_inspector_pretty_printed_and_gpu_named(run):
     assert (one.facts["instance"], one.facts["expected_gbps"], [s.id for s in one.steps][0]) == \
         ("p5", 450.0, "slow_comm.nvlink")
     assert run(TIMER_CASES["w9-inspector-no-instance"]).findings == []
+
+
+@pytest.mark.parametrize("line", [
+    "time (ms) | fwd_microstep: 300.00 | bwd_microstep: 2400.00 | bwd_inner_microstep: 900.00 | "
+    "bwd_allreduce_microstep: 1500.00 | step_microstep: 40.00",
+    "time (ms) | fwd: 1200.00 | bwd: 9600.00 | bwd_inner: 3600.00 | bwd_allreduce: 6000.00 | step: 160.00",
+    "time (ms) | forward: 1200.00 | backward: 9600.00 | backward_inner: 3600.00 | backward_allreduce: 6000.00 | "
+    "step: 160.00"])
+def test_deepspeed_timer_names_old_and_new_per_micro_step_and_per_step(run, line):
+    f = run("\n".join([line] * 2)).findings[0]
+    assert (f.rule, f.facts["timers"], f.facts["comm_share_pct"]) == ("slow_comm.timers", "deepspeed", 54.7)
+
+
+def test_a_step_counter_beside_no_allreduce_timer_is_not_read(run):
+    assert run("step: 100 | loss: 2.31 | forward: 10.0 | backward: 30.0\n" * 3).findings == []
