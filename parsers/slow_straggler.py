@@ -40,6 +40,7 @@ class StragglerParser(Parser):
         self.warnings: set[str] = set()
         self.section: tuple[str, bool] = ("", False)   # (which report, inside its worst-performing list)
         self.worst: dict[int, float] = {}            # rank -> lowest relative score listed among the worst
+        self.dropped: dict[int, float] = {}          # rank -> lowest individual score (against its own past)
         self.nodes: dict[int, str] = {}
         self.reports: list[tuple[float, int, float | None, float | None, int, str]] = []
         self.bottom: tuple[int, str] | None = None
@@ -83,8 +84,10 @@ class StragglerParser(Parser):
             return False
         rank, score = int(m.group(1)), float(m.group(3))
         self.nodes.setdefault(rank, m.group(2))
-        if self.section == ("relative", True) and score < self.worst.get(rank, 2.0):
-            self.worst[rank] = score
+        kind, listed = self.section
+        lowest = self.worst if kind == "relative" else self.dropped
+        if listed and kind and score < lowest.get(rank, 2.0):
+            lowest[rank] = score
             if score < NVRX_THRESHOLD:
                 self.ev.add(hit.no, t)
         return True
@@ -93,17 +96,19 @@ class StragglerParser(Parser):
         return self._nvrx() or self._megatron(ctx)
 
     def _nvrx(self) -> list[Finding]:
-        slow = sorted(set(self.warned) | {r for r, s in self.worst.items() if s < NVRX_THRESHOLD})
+        low_rel = {r for r, s in self.worst.items() if s < NVRX_THRESHOLD}
+        low_own = {r for r, s in self.dropped.items() if s < NVRX_THRESHOLD}
+        slow = sorted(set(self.warned) | low_rel | low_own)
         if not slow:
             return []
         facts: dict[str, Any] = {"detector": "nvrx", "slow_ranks": slow, "threshold": NVRX_THRESHOLD}
-        scores = [self.worst[r] for r in slow if r in self.worst]
+        scores = [self.worst[r] for r in slow if r in self.worst] or [self.dropped[r] for r in slow if r in self.dropped]
         if scores:
             facts["score"] = min(scores)
         hosts = sorted({self.nodes[r] for r in slow if r in self.nodes})
         if hosts:
             facts[F.LAGGING_HOSTS] = hosts
-        dropped = all(self.warned.get(r) == "individual" for r in slow)
+        dropped = not low_rel and all(self.warned.get(r, "individual") == "individual" for r in slow)
         what = "got slower than they were earlier in the run" if dropped else "run slower than their peers"
         where = f" on {', '.join(hosts[:4])}" if hosts else ""
         title = f"Straggler: rank {ranks_text(slow)}{where} {what} (NVRx straggler detection)"

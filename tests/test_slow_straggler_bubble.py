@@ -131,3 +131,12 @@ def test_nvrx_prints_sets_and_lists_every_rank_of_a_small_job(run):
     assert (f.facts["slow_ranks"], f.facts["score"], f.facts["lagging_hosts"]) == ([5], 0.48, ["ip-10-1-7-21"])
     assert run(CASES["w8-nvrx-set-braces-only"]).findings[0].facts["slow_ranks"] == [12, 13]
     assert run(CASES["w8-nvrx-ptl-small-world-healthy"]).findings == []
+
+
+def test_nvrx_individual_scores_count_without_the_warning(run):
+    text = "\n".join(["GPU individual performance:", " Worst performing 2/64 ranks:",
+                      "  Rank=40 Node=node-f Score=0.55", "  Rank=3 Node=node-a Score=0.97",
+                      " Best performing 1/64 ranks:", "  Rank=0 Node=node-a Score=1.00"])
+    f = run(text).findings[0]
+    assert (f.facts["slow_ranks"], f.facts["score"]) == ([40], 0.55) and "got slower than" in f.title
+    assert run(text.replace("0.55", "0.71")).findings == []
