@@ -131,8 +131,9 @@ _BUILDERS: dict[str, Callable[[Finding, dict], str]] = {
     "version_mismatch": lambda f, x: _VERSION_RULES.get(f.rule.split(".")[-1], "버전 불일치"),
     "slow_comm": lambda f, x: (f"집합 통신이 스텝 시간의 {x['comm_share_pct']}%를 차지" if "comm_share_pct" in x
                                else "집합 통신이 패브릭이 낼 수 있는 속도에 한참 못 미침"),
-    "straggler": lambda f, x: "느린 rank가 작업 전체를 늦춤: rank " + ", ".join(map(str, x["slow_ranks"][:8]))
-    + (f" (다른 rank보다 {x['slowdown_pct']}% 느림)" if "slowdown_pct" in x else ""),
+    "straggler": lambda f, x: "느린 rank가 작업 전체를 늦춤: "
+    + ("rank " + ", ".join(map(str, x["slow_ranks"][:8])) if x["slow_ranks"] else "어느 rank인지는 미확인")
+    + (f" (가장 빠른 rank보다 {x['slowdown_pct']}% 느림)" if "slowdown_pct" in x else ""),
     "moe_imbalance": lambda f, x: "MoE expert 라우팅 불균형" + (f": 최대 편차 {x['max_deviation']}" if "max_deviation" in x else "")
     + (f", token drop rate {x['drop_rate']}" if "drop_rate" in x else ""),
 }

@@ -14,6 +14,8 @@ backward_inner_microstep: I | backward_allreduce_microstep: A | step_microstep: 
 SimpleProfiler report gives the data fetch's share of training (slow_input)."""
 from __future__ import annotations
 
+from statistics import median
+
 from core.models import Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, findall, rx
 
@@ -28,13 +30,15 @@ _DS = {**dict.fromkeys(("forward_microstep", "fwd_microstep", "forward", "fwd"),
        **dict.fromkeys(("backward_allreduce_microstep", "bwd_allreduce_microstep", "backward_allreduce",
                         "bwd_allreduce"), "ds_allreduce"),
        **dict.fromkeys(("step_microstep", "step"), "ds_step")}
+_P2P = ("forward-recv", "forward-send", "backward-recv", "backward-send")   # only with pipeline parallelism
 _NAMES = ("forward-backward", "forward-compute", "backward-compute", "batch-generator", "optimizer",
-          "backward-reduce-model-grads", "params-all-gather", *_OLD_SYNC, *_CORE_SYNC, *_DS)
+          "backward-reduce-model-grads", "params-all-gather", *_OLD_SYNC, *_CORE_SYNC, *_DS, *_P2P)
 _COMM = frozenset((*_OLD_SYNC, *_CORE_SYNC, "backward-reduce-model-grads", "params-all-gather", "ds_allreduce"))
 _KIND = {**dict.fromkeys(_CORE_SYNC, "megatron_core"), **dict.fromkeys(_OLD_SYNC, "megatron_legacy"),
          "backward-reduce-model-grads": "megatron_legacy", "ds_allreduce": "deepspeed"}
 _TIMER = rx(r"(?<![\w-])(" + "|".join(sorted(_NAMES, key=len, reverse=True)) + r")\s*\.*:\s*"
-            r"(?:\(\s*[\d.]+,\s*([\d.]+)\)|([\d.]+))")
+            r"(?:\(\s*([\d.]+),\s*([\d.]+)\)|([\d.]+))")
+SPREAD_BAD = 0.20   # the slowest rank's compute this much over the fastest's, report after report: one slow rank
 
 
 def _comm_share(b: dict[str, float]) -> float | None:
@@ -57,7 +61,8 @@ class MegatronTimerParser(Parser):
     name = "megatron_timers"
     triggers = ("batch-generator", "forward-backward", "forward-compute", "backward-compute", "all-grads-sync",
                 "backward-params-all-reduce", "backward-reduce-model-grads", "params-all-gather",
-                "backward_allreduce", "bwd_allreduce")   # the last two: DeepSpeed's older and newer timer names
+                "backward_allreduce", "bwd_allreduce",   # DeepSpeed's older and newer timer names
+                *_P2P)
 
     def __init__(self) -> None:
         super().__init__()
@@ -68,6 +73,9 @@ class MegatronTimerParser(Parser):
         self.comm: list[tuple[float, int, str]] = []     # collectives / step, per report
         self.bg_line: tuple[int, str] | None = None
         self.kind = ""   # which timers: megatron_core, megatron_legacy or deepspeed (their overlap settings differ)
+        self.minmax: dict[str, tuple[float, float]] = {}   # the block's (min, max) across ranks, where printed
+        self.spreads: list[tuple[float, int, str]] = []    # compute (max / min - 1), per report without pipelining
+        self.compute_line: tuple[int, str] = (0, "")
 
     def _close(self) -> None:
         b = self.block
@@ -77,14 +85,22 @@ class MegatronTimerParser(Parser):
         share = _comm_share(b)
         if share is not None and self.line:
             self.comm.append((share, *self.line))
-        self.block, self.bg_line, self.line, self.line_value = {}, None, None, -1.0
+        mm = self.minmax
+        if "forward-compute" in mm and "backward-compute" in mm and not any(n in b for n in _P2P):
+            low, high = (mm["forward-compute"][i] + mm["backward-compute"][i] for i in (0, 1))
+            if low > 0:
+                self.spreads.append((high / low - 1, *self.compute_line))
+        self.block, self.bg_line, self.line, self.line_value, self.minmax = {}, None, None, -1.0, {}
 
     def feed(self, hit: Hit) -> None:
         for m in findall(_TIMER, hit.text):
             name = _DS.get(m.group(1), m.group(1))
             if name in self.block:
                 self._close()
-            self.block[name] = float(m.group(2) or m.group(3))
+            self.block[name] = float(m.group(3) or m.group(4))
+            if m.group(2) and name in ("forward-compute", "backward-compute"):
+                self.minmax[name] = (float(m.group(2)), float(m.group(3)))
+                self.compute_line = (hit.no, hit.text)
             if name in _KIND:
                 self.kind = _KIND[name]
             if self.line is None or (name in _COMM and self.block[name] >= self.line_value):
@@ -94,7 +110,27 @@ class MegatronTimerParser(Parser):
 
     def finish(self, ctx: Context) -> list[Finding]:
         self._close()
-        return [*self._input(), *self._slow_comm()]
+        return [*self._input(), *self._slow_comm(), *self._straggler(ctx)]
+
+    def _straggler(self, ctx: Context) -> list[Finding]:
+        """Megatron's (min, max) compute timers: one rank (or tensor-parallel group) computing far longer than the
+        fastest, report after report. Not judged with pipeline stages (they differ by design) nor with MoE experts
+        (routing moves work between ranks); the timers do not say which rank."""
+        reports = self.spreads[1:] if len(self.spreads) >= 3 else self.spreads
+        slow = [r for r in reports if r[0] >= SPREAD_BAD]
+        if not slow or 2 * len(slow) < len(reports) or (ctx.job.get("pipeline_model_parallel_size") or 1) > 1 \
+                or (ctx.job.get("num_experts") or 0) > 1:
+            return []
+        worst = max(slow)
+        ev = EvidenceBox()
+        ev.add(worst[1], worst[2])
+        pct = round(100 * median(r[0] for r in slow), 1)
+        title = (f"A straggler: the slowest rank's forward and backward compute take {pct:g}% longer than the fastest "
+                 f"rank's in {len(slow)} of {len(reports)} timer reports (the timers do not name the rank)")
+        return [Finding(symptom="straggler", rule="straggler.megatron_timers", title=title, severity="warning",
+                        confidence=0.6, evidence=ev.items, first_line=ev.first(),
+                        facts={"detector": "megatron_timers", "slowdown_pct": pct,
+                               "reports": len(reports), "slow_reports": len(slow)})]
 
     def _input(self) -> list[Finding]:
         if not self.shares:

@@ -140,3 +140,33 @@ def test_nvrx_individual_scores_count_without_the_warning(run):
     f = run(text).findings[0]
     assert (f.facts["slow_ranks"], f.facts["score"]) == ([40], 0.55) and "got slower than" in f.title
     assert run(text.replace("0.55", "0.71")).findings == []
+
+
+def _minmax(spread: float, reports: int = 4, extra: str = "") -> str:
+    out = []
+    for _ in range(reports):
+        out.append("(min, max) time across ranks (ms):")
+        for name, hi in (("forward-backward", 5000.0), ("forward-compute", 1500.0), ("backward-compute", 3000.0)):
+            lo = hi / spread if name.endswith("compute") else hi * 0.99
+            out.append(f"    {(name + ' ').ljust(48, '.')}: ({lo:.2f}, {hi:.2f})")
+        out += [extra] if extra else []
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("spread,fires", [(1.19, False), (1.21, True)])
+def test_megatron_minmax_compute_spread(run, spread, fires):
+    found = [f for f in run(_minmax(spread)).findings if f.symptom == "straggler"]
+    assert bool(found) is fires
+    if fires:
+        f = found[0]
+        assert (f.rule, f.facts["slowdown_pct"]) == ("straggler.megatron_timers", 21.0)
+        assert [s.id for s in f.steps][0] == "straggler.name_the_rank"
+        assert "straggler.drain_and_test" not in [s.id for s in f.steps]   # no rank to drain yet
+
+
+def test_minmax_spread_with_pipeline_stages_or_experts_is_not_a_straggler(run):
+    assert run(_minmax(1.5, extra="    " + ("forward-recv ").ljust(48, ".") + ": (10.00, 900.00)")).findings == []
+    args = "  pipeline_model_parallel_size .................... 4\n"
+    assert [f for f in run(args + _minmax(1.5)).findings if f.symptom == "straggler"] == []
+    moe = "  num_experts ..................................... 64\n"
+    assert run(moe + _minmax(1.5)).findings == []
