@@ -16,7 +16,9 @@ FLAG_TOKEN = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 CONFIG_TOKEN = re.compile(r"(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+\.[a-z][a-z0-9_.]*[a-z0-9]|"
                           r"(?<![\w.])[a-z][a-z0-9]*\.[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?:\.[a-z0-9_]+)*")
 NUMBER = re.compile(r"(?<![\w.<])\d+(?:\.\d+)?(?:[eE]-?\d+)?(?![\w>])")
-VALUE_WORD = re.compile(r"\d+(?:\.\d+)?(?:[eE]-?\d+)?|\b[A-Z]{2,}\b|\b(?:true|false)\b", re.I)
+# a value written next to a setting: a number, a capitalised word (INFO, WARN) or true/false in any case; ordinary
+# lower-case words ("is", "only") are prose, not values
+VALUE_WORD = re.compile(r"\d+(?:\.\d+)?(?:[eE]-?\d+)?|\b[A-Z][A-Z0-9_]+\b|\b(?i:true|false)\b")
 
 
 class PhrasedStep(BaseModel):

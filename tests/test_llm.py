@@ -172,3 +172,22 @@ def test_the_answer_cache_is_per_endpoint(run, llm_server, tmp_path):
     assert _phraser(good.url, store).phrase(d, "en", did).reason == "accepted"
     other = _phraser(bad.url, store).phrase(d, "en", did)
     assert other.reason != "cached" and other.answer is None and len(bad.requests) == 1
+
+
+@pytest.mark.parametrize("lang", ["English", "Korean"])
+def test_a_faithful_phrasing_of_every_fixture_passes_the_guard(run, lang):
+    """The playbooks' own sentences must not trip the guard: a step text that puts another word right after a setting
+    (NCCL_DEBUG=INFO: NET/…) reads as a second value and the whole LLM answer would be thrown away."""
+    from bot.llm import payload
+    from core.redact import Masker
+    bad = []
+    for path in sorted(FIXTURES.rglob("*.log")):
+        d = run(path.read_bytes(), path.name)
+        if not d.findings:
+            continue
+        doc, allowed = payload(d, load_runbook(), Masker(identifiers=True))
+        req = {"messages": [{"content": lang}, {"content": "<data>" + json.dumps(doc) + "</data>"}]}
+        problem = check(PhrasedAnswer.model_validate(faithful(req)), allowed)
+        if problem:
+            bad.append((path.name, problem))
+    assert bad == [], bad
