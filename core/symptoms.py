@@ -94,7 +94,7 @@ _REGISTRY: tuple[Symptom, ...] = (
             ("busbw_gbps", "comm_share_pct", "expected_gbps", "instance", "message_bytes", "nodes", "op", "ratio_pct",
              "reports", "timers", "top_kernel"),
             causes=("tcp_fallback", "efa_provider_missing", "nvlink_inactive", "version_mismatch"),
-            report=THROUGHPUT, title_ko_format="통신이 느림: 집합 통신이 패브릭이 낼 수 있는 속도에 한참 못 미침"),
+            report=THROUGHPUT),   # its Korean title depends on the rule: bot.titles_ko builds it
     Symptom("straggler", "slow", "warning", 12, "A slow rank or node holds the job back", "느린 rank/노드(straggler)",
             ("clock_mhz", "fleet_clock_mhz", F.LAGGING_HOSTS, "reports", "score", "slow_ranks", "slowdown_pct",
              "slow_reports", "threshold", "detector"),

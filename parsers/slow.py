@@ -9,7 +9,7 @@ from core import instances as I
 from core.models import Finding
 from parsers.base import Context, Hit, Parser, findall, rx, search, strip_prefixes
 from parsers.collectors.nccl_tests import NCCL_TESTS_ROW, TYPE_TRIGGERS
-from parsers.slow_inspector import InspectorParser
+from parsers.slow_inspector import InspectorParser, busbw_facts
 from parsers.slow_pipeline import BubbleParser
 from parsers.slow_straggler import StragglerParser
 from parsers.slow_timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT, LightningProfilerParser, MegatronTimerParser
@@ -160,11 +160,8 @@ class BusbwParser(Parser):
                 continue
             row = max(b["rows"], key=lambda r: r["size_bytes"])
             self.ev.add(row["line"], self.row_text.get(row["line"], f"{row['size_bytes']} bytes: busbw {row['busbw']}"))
-            where = f"{b['nodes']} x {b['instance']}" if (b.get("nodes") or 1) > 1 else f"one {b['instance']} node"
-            facts = {"op": b["op"] if b["op"] != "unknown" else "all_reduce or reduce_scatter",
-                     "busbw_gbps": b["max_size_busbw"], "expected_gbps": exp,
-                     "ratio_pct": round(100 * b["max_size_busbw"] / exp, 1), "message_bytes": b["max_size_bytes"],
-                     "nodes": b.get("nodes") or 1, "instance": b["instance"]}
+            facts, where = busbw_facts(b["op"] if b["op"] != "unknown" else "all_reduce or reduce_scatter",
+                                       b["max_size_busbw"], exp, b["max_size_bytes"], b.get("nodes") or 1, b["instance"])
             title = (f"{facts['op']} reaches {b['max_size_busbw']:g} GB/s bus bandwidth at {b['max_size_bytes'] >> 20} "
                      f"MiB on {where}, {facts['ratio_pct']:g}% of the ~{exp:g} GB/s its fabric should carry")
             return [Finding(symptom="slow_comm", rule="slow_comm.nccl_tests", title=title, severity="warning",

@@ -64,13 +64,19 @@ class InspectorParser(Parser):
             return []
         low = min(rows)
         self.ev.add(low[1], low[2])
-        facts = {"op": op, "busbw_gbps": busbw, "expected_gbps": exp, "ratio_pct": round(100 * busbw / exp, 1),
-                 "message_bytes": size, "nodes": nodes, "instance": instance}
-        where = f"{nodes} x {instance}" if nodes > 1 else f"one {instance} node"
+        facts, where = busbw_facts(op, busbw, exp, size, nodes, instance)
         title = (f"{op} runs at {busbw:g} GB/s bus bandwidth (median of {len(rows)} NCCL Inspector record(s) at "
                  f"{size >> 20} MiB) on {where}, {facts['ratio_pct']:g}% of the ~{exp:g} GB/s its fabric should carry")
         return [Finding(symptom="slow_comm", rule="slow_comm.inspector", title=title, severity="warning",
                         confidence=0.75, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
+
+
+def busbw_facts(op: str, busbw: float, exp: float, size: int, nodes: int,
+                instance: str | None) -> tuple[dict, str]:
+    """A slow collective's facts (nccl-tests or NCCL Inspector) and where it ran, in words."""
+    facts = {"op": op, "busbw_gbps": busbw, "expected_gbps": exp, "ratio_pct": round(100 * busbw / exp, 1),
+             "message_bytes": size, "nodes": nodes, "instance": instance}
+    return facts, f"{nodes} x {instance}" if nodes > 1 else f"one {instance} node"
 
 
 PARSERS = (InspectorParser,)

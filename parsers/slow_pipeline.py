@@ -99,7 +99,7 @@ class BubbleParser(Parser):
         gbs, dp = self._val(job, "gbs"), self._val(job, "dp")
         if m is None and gbs and mbs and dp and gbs % (mbs * dp) == 0:
             m = gbs // (mbs * dp)
-        if m is None and self.deepspeed is False and job.get("framework") == "deepspeed":
+        if m is None and not self.deepspeed and job.get("framework") == "deepspeed":
             m = job.get("gradient_accumulation_steps")
         v = job.get("virtual_pipeline_model_parallel_size") or 1
         per_virtual, layers = job.get("num_layers_per_virtual_pipeline_stage"), job.get("num_layers")

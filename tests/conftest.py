@@ -8,6 +8,13 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 sys.path.insert(0, str(ROOT))
 
 
+def corpus_texts(name: str) -> dict[str, str]:
+    """One file of the project's corpus (tests/corpus/<name>.jsonl): case id -> log text."""
+    import json
+    lines = (ROOT / "tests" / "corpus" / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+    return {c["id"]: c["text"] for c in map(json.loads, filter(str.strip, lines))}
+
+
 @pytest.fixture(scope="session")
 def books():
     from playbooks.engine import load

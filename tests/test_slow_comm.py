@@ -1,13 +1,11 @@
 """slow_comm (issue 15): nccl-tests bus bandwidth at large messages against what the instance's fabric carries,
 and NCCL kernels' share of a torch.profiler CUDA table; the near-misses stay quiet."""
-import json
 
 import pytest
 
-from conftest import ROOT
+from conftest import corpus_texts
 
-CASES = {json.loads(x)["id"]: json.loads(x)["text"]
-         for x in (ROOT / "tests" / "corpus" / "wave7.jsonl").read_text().splitlines() if x.strip()}
+CASES = corpus_texts("wave7")
 
 
 def test_two_p5_nodes_far_below_efa(run):
@@ -47,8 +45,7 @@ def test_alltoall_and_unknown_hardware_are_not_judged(run):
     assert run(consumer).findings == []
 
 
-TIMER_CASES = {json.loads(x)["id"]: json.loads(x)["text"]
-               for x in (ROOT / "tests" / "corpus" / "wave9.jsonl").read_text().splitlines() if x.strip()}
+TIMER_CASES = corpus_texts("wave9")
 
 
 def _changes(f):

@@ -1,13 +1,11 @@
 """slow_input from Lightning's SimpleProfiler report (issue 15): the batch fetch's total against the training epochs',
 or the row's own share of the profiled time when the epoch row is not in the paste; near-misses stay quiet."""
-import json
 
 import pytest
 
-from conftest import ROOT
+from conftest import corpus_texts
 
-CASES = {json.loads(x)["id"]: json.loads(x)["text"]
-         for x in (ROOT / "tests" / "corpus" / "wave9.jsonl").read_text().splitlines() if x.strip()}
+CASES = corpus_texts("wave9")
 
 
 def _table(fetch_total: float, epoch_total: float | None) -> str:

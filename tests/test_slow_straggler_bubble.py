@@ -1,14 +1,12 @@
 """straggler and pipeline_bubble (issue 15): a slow rank named by the straggler detectors, and a pipeline with too few
 micro-batches per step; each at and just past its threshold, and the healthy shapes that must stay quiet."""
-import json
 import re
 
 import pytest
 
-from conftest import ROOT
+from conftest import corpus_texts
 
-CASES = {json.loads(x)["id"]: json.loads(x)["text"]
-         for x in (ROOT / "tests" / "corpus" / "wave8.jsonl").read_text().splitlines() if x.strip()}
+CASES = corpus_texts("wave8")
 
 
 def _detector(lo: float, hi: float, slow: int, clock: int = 1980) -> str:
