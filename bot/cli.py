@@ -21,7 +21,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
     config = _read_config(args.config) if args.config else None
     if args.config and config is None:
         return 2
-    from bot.parallel import jobs_for
+    from bot.parallel import jobs_for, split_jobs
     from core.inputs import log_paths
     paths, notes = log_paths(args.files)
     for note in notes:
@@ -30,7 +30,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
     jobs = jobs_for(args.jobs, paths, args.together)
     if jobs > 1:
         return _diagnose_in_pool(paths, settings, args.lang, jobs, emit)
-    engine = _engine(settings)
+    engine, share = _engine(settings), split_jobs(args.jobs, paths)
     if args.together:
         inputs = _joined(paths, settings.max_bytes, _dir_label(args.files, len(paths)))
     else:
@@ -40,7 +40,7 @@ def cmd_diagnose(args, settings: Settings) -> int:
             status = 2
             continue
         try:
-            d = engine.diagnose(src, args.lang, progress=progress)
+            d = engine.diagnose(src, args.lang, progress=progress, jobs=share)
         except UnusableInput as e:
             print(terminal_safe(f"triage: {e}"), file=sys.stderr)
             status = 2
@@ -291,8 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read all files (and archive members) as one job's log: one diagnosis, ranks compared "
                         "across files, evidence as file:line")
     d.add_argument("--jobs", type=_jobs, default=0, metavar="N",
-                   help="diagnose separate files in N worker processes, answers in the order given (default: all "
-                        "cores for several files of 64 MiB or more in all; 1: one by one)")
+                   help="N worker processes: separate files each in its own, answers in the order given; one big "
+                        "input's readers shared out over them, same answer (default: all cores for 64 MiB or more "
+                        "in all; 1: one process)")
     d.set_defaults(func=cmd_diagnose)
     s = sub.add_parser("serve", help="run the Slack bot (Socket Mode if SLACK_APP_TOKEN is set, else HTTP)",
                        description="Run the Slack bot. Needs SLACK_BOT_TOKEN, and SLACK_APP_TOKEN (Socket Mode) or "

@@ -1,6 +1,7 @@
 """`triage diagnose` over many files at once: each file (each member of an archive) is diagnosed in a worker
 process, and the answers come back in the order the files were given — the same answers as one by one. One big
-file is still read by one process: its readers carry state from line to line."""
+input (a file, or files read --together) is read by several processes that share out its readers
+(engine.split)."""
 from __future__ import annotations
 
 import os
@@ -20,6 +21,15 @@ def jobs_for(requested: int, paths: list[tuple[str, str]], together: bool) -> in
         return max(1, min(requested, len(paths)))
     total = sum(os.path.getsize(p) for p, _ in paths if os.path.isfile(p))
     return min(os.cpu_count() or 1, len(paths)) if total >= POOL_FROM else 1
+
+
+def split_jobs(requested: int, paths: list[tuple[str, str]]) -> int:
+    """Processes for one input's readers: --jobs N as given; by default all cores when its files hold POOL_FROM
+    bytes or more (a .gz counted 8 times over: what it unpacks to, roughly), else one."""
+    if requested:
+        return requested
+    total = sum(os.path.getsize(p) * (8 if p.endswith(".gz") else 1) for p, _ in paths if os.path.isfile(p))
+    return (os.cpu_count() or 1) if total >= POOL_FROM else 1
 
 
 def _start(settings) -> None:

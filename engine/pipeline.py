@@ -3,6 +3,8 @@ playbooks). Everything it needs comes in as arguments; it reads no environment."
 from __future__ import annotations
 
 import logging
+from itertools import islice
+from time import perf_counter
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
@@ -12,6 +14,7 @@ from core.models import Diagnosis, Finding, InputInfo
 from core.redact import mask_secrets
 from core.versions import REPORTED
 from core.templates import unexplained
+import engine.split as split
 from engine.causes import order
 from parsers import READERS
 from parsers.base import Context, Parser
@@ -72,14 +75,47 @@ class Engine:
         return readers + [TeamRules(self.rules)] if self.rules else readers
 
     def diagnose(self, source: Source | Joined, lang: str = "en",
-                 progress: Callable[[int, int], None] | None = None) -> Diagnosis:
+                 progress: Callable[[int, int], None] | None = None, jobs: int = 1) -> Diagnosis:
         """Read the whole source once, in chunks. Raises core.ingest.UnusableInput for input that is not a log.
-        `progress(bytes_read, symptom_families_seen_so_far)` is called after every chunk when given."""
+        `progress(bytes_read, symptom_families_seen_so_far)` is called after every chunk when given. `jobs` > 1:
+        the readers are shared out over up to that many processes after the first chunk (engine.split; the same
+        answer, sooner on a big log)."""
         readers = self._readers()
         parsers = [r for r in readers if isinstance(r, Parser)]
         scanner = Scanner(readers, self.backend)
+        chunks = source.chunks()
+        workers: list[split.Worker] = []
+        try:
+            if jobs > 1 and split.available():
+                scanner.cost = [0.0] * len(readers)
+                began = perf_counter()
+                last = self._read(scanner, islice(chunks, 1), source, progress, parsers)
+                workers = self._fork(scanner, chunks, jobs, perf_counter() - began)
+            else:
+                last = b""
+            last = self._read(scanner, chunks, source, progress, parsers) or last
+            scanner.close()
+            split.finish(workers, readers, scanner.failed)
+        finally:
+            split.stop(workers)
+        failed = scanner.failed
+        ctx = Context()
+        for r in readers:
+            if not isinstance(r, Parser) and r.name not in failed:
+                _guarded(failed, r.name, r.collect, ctx)
+        found = [_guarded(failed, p.name, p.finish, ctx) or [] for p in readers
+                 if isinstance(p, Parser) and p.name not in failed]
+        findings = order([f for fs in found for f in fs])
+        lines = scanner.lines + (1 if last and last != b"\n" else 0)
+        for name in failed:   # say so: the answer may lack what that reader would have found
+            source.notes.append(f"the {name} reader failed on this input and was skipped; please report it")
+        return self._assemble(source, ctx, findings, lines, lang)
+
+    @staticmethod
+    def _read(scanner: Scanner, chunks, source, progress, parsers) -> bytes:
+        """Feed chunks to the scanner; the last byte read (b"" for none)."""
         last = b""
-        for chunk in source.chunks():
+        for chunk in chunks:
             if isinstance(chunk, int):
                 scanner.skip_lines(chunk)
                 continue
@@ -87,18 +123,25 @@ class Engine:
             last = chunk[-1:]
             if progress is not None:
                 progress(source.bytes_read, sum(1 for p in parsers if p.seen()))
-        scanner.close()
-        failed = scanner.failed
-        ctx = Context()
-        for r in readers:
-            if not isinstance(r, Parser) and r.name not in failed:
-                _guarded(failed, r.name, r.collect, ctx)
-        found = [_guarded(failed, p.name, p.finish, ctx) or [] for p in parsers if p.name not in failed]
-        findings = order([f for fs in found for f in fs])
-        lines = scanner.lines + (1 if last and last != b"\n" else 0)
-        for name in failed:   # say so: the answer may lack what that reader would have found
-            source.notes.append(f"the {name} reader failed on this input and was skipped; please report it")
-        return self._assemble(source, ctx, findings, lines, lang)
+        return last
+
+    def _fork(self, scanner: Scanner, chunks, jobs: int, took: float) -> list[split.Worker]:
+        """After the first chunk: the readers' shares; workers for all but the first, which this process keeps."""
+        cost, scanner.cost = scanner.cost or [], None
+        shares = split.partition(cost, max(0.0, took - sum(cost)), jobs)
+        if len(shares) < 2:
+            return []
+
+        def work(share: list[int]) -> bytes:
+            scanner.restrict(frozenset(share))
+            self._read(scanner, chunks, None, None, ())
+            scanner.close()
+            mine = {i: scanner.parsers[i] for i in share if scanner.parsers[i].name not in scanner.failed}
+            return split.answer(mine, scanner.failed)
+
+        workers = split.start(shares[1:], work)
+        scanner.restrict(frozenset(shares[0]))
+        return workers
 
     def _assemble(self, source: Source | Joined, ctx: Context, findings: list[Finding], lines: int,
                   lang: str) -> Diagnosis:

@@ -96,6 +96,13 @@ class Series:
         self.last_finite = v
         self.recent.append((no, text))
 
+    def __getstate__(self) -> dict:
+        """For a worker process's answer (engine.split): the kept lines cut out of their chunk (a match cannot be
+        pickled, and holding it would pin the chunk)."""
+        state = dict(self.__dict__)
+        state["recent"] = deque(((no, line_of(t)) for no, t in self.recent), maxlen=self.recent.maxlen)
+        return state
+
     def last_line(self) -> int:
         """The line of the last finite point (0 before any)."""
         return self.recent[-1][0] if self.recent else 0

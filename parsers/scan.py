@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import deque
+from time import perf_counter
 from typing import Sequence
 
 from parsers.base import Hit, Reader
@@ -200,6 +201,8 @@ class Scanner:
         self.bulk: list[int] = []          # parsers reading their dominant line format chunk-wide
         self._looks = 0                    # chunks judged for bulk reading so far
         self._bulk_capable = sum(p.bulk is not None for p in self.parsers)
+        self.active: frozenset[int] | None = None   # the readers this process feeds (engine.split); None: all
+        self.cost: list[float] | None = None       # seconds each reader took, while measured (engine.split)
         self._index(set())
         self.max_before = max((p.before for p in parsers), default=0)
         self.lines = 0
@@ -211,8 +214,17 @@ class Scanner:
         for i, p in enumerate(self.parsers):
             for t in (p.bulk_triggers if i in bulk else p.triggers):
                 owners.setdefault(t.encode(), set()).add(i)
-        self.owners = _Owners(owners)
+        # Every reader's triggers are searched for, fed or not, so that the candidate lines (and a long line's
+        # window, which centres on its first trigger) are the same in every process that reads part of the readers.
+        mine = owners if self.active is None else {t: ix & self.active for t, ix in owners.items()}
+        self.owners = _Owners(mine)
         self.backend = make_backend(list(owners), self.backend_name)
+
+    def restrict(self, active: frozenset[int]) -> None:
+        """Feed only these readers from now on (the others are read in another process); stop measuring."""
+        self.active, self.cost = active, None
+        self._index(set(self.bulk))
+        self._pending = [(hit, tuple(i for i in who if i in active), need) for hit, who, need in self._pending]
 
     def _decide_bulk(self, buf: bytes) -> None:
         """A parser whose bulk pattern covers most lines (a plain Megatron training log) reads those lines with one
@@ -228,21 +240,26 @@ class Scanner:
             self._index(set(self.bulk))
 
     def _feed_bulk(self, buf: bytes, start_no: int) -> None:
-        count = buf.count
+        count, cost = buf.count, self.cost
         for i in self.bulk:
+            if self.active is not None and i not in self.active:
+                continue
             parser, no, at = self.parsers[i], start_no, 0
+            began = perf_counter() if cost is not None else 0.0
             try:
                 if parser.feed_chunk is not None:   # the reader takes the whole chunk at once
                     parser.feed_chunk(buf, start_no)
-                    continue
-                feed = parser.feed_bulk
-                for m in parser.bulk.finditer(buf):
-                    start = m.start()
-                    no += count(b"\n", at, start)
-                    at = start
-                    feed(no + 1, m)
+                else:
+                    feed = parser.feed_bulk
+                    for m in parser.bulk.finditer(buf):
+                        start = m.start()
+                        no += count(b"\n", at, start)
+                        at = start
+                        feed(no + 1, m)
             except Exception as e:   # one reader's bug must not cost the whole diagnosis
                 self._fail(i, e)
+            if cost is not None:
+                cost[i] += perf_counter() - began
         self.bulk = [i for i in self.bulk if not isinstance(self.parsers[i], _Off)]
 
     def _claimants(self, found: list[bytes]) -> tuple[int, ...]:
@@ -251,11 +268,15 @@ class Scanner:
         return tuple(sorted(set().union(*(self.owners[f] for f in set(found)))))
 
     def _dispatch(self, hit: Hit, who: tuple[int, ...]) -> None:
+        cost = self.cost
         for i in who:
+            began = perf_counter() if cost is not None else 0.0
             try:
                 self.parsers[i].feed(hit)
             except Exception as e:   # one reader's bug must not cost the whole diagnosis
                 self._fail(i, e)
+            if cost is not None:
+                cost[i] += perf_counter() - began
 
     def _fail(self, i: int, e: Exception) -> None:
         name = self.parsers[i].name
@@ -276,6 +297,8 @@ class Scanner:
             no += buf.count(b"\n", counted_at, ls)
             counted_at = ls
             who = self._claimants(found)
+            if not who:   # only readers another process feeds
+                continue
             hit = Hit(no + 1, clean(buf[ls:le], first - ls), clean=clean)
             nb = max(self.parsers[i].before for i in who)
             na = max(self.parsers[i].after for i in who)

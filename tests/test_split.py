@@ -1,0 +1,167 @@
+"""One input's readers shared out over forked processes (engine.split, `triage diagnose --jobs`): the same answer
+as one process, whatever the shares; a lost worker is reported, never a crash or a silently partial answer."""
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+import core.ingest as ingest
+import engine.split as split
+from core.ingest import from_bytes
+from parsers.base import Collector
+
+pytestmark = pytest.mark.skipif(not split.available(), reason="needs fork and /proc/self/fd")
+GEN = [sys.executable, str(ROOT / "testkit" / "gen_logs.py")]
+
+
+def test_partition_puts_the_costliest_first_and_spreads_the_rest():
+    assert split.partition([0.1, 5.0, 0.2, 4.0], 0.5, 2) == [[1], [3, 2, 0]]
+    assert split.partition([1.0] * 6, 0.0, 3) == [[0, 3], [1, 4], [2, 5]]
+    # readers that cost nothing yet (their lines may come later) are spread, not piled onto one share
+    assert sorted(map(len, split.partition([3.0, 3.0, 0, 0, 0, 0], 0.1, 2))) == [3, 3]
+
+
+def test_partition_stops_where_another_process_would_not_pay():
+    assert split.partition([10.0, 0.1, 0.1], 1.0, 4) == [[0, 1, 2]]    # one reader is nearly all of it
+    assert split.partition([1.0, 1.0], 20.0, 2) == [[0, 1]]            # the reading itself is nearly all of it
+    assert len(split.partition([2.0, 2.0, 2.0, 2.0], 1.0, 8)) == 4     # no more shares than help
+    assert split.partition([2.0, 2.0], 0.0, 1) == [[0, 1]]
+
+
+def _inputs() -> dict[str, bytes]:
+    out = {}
+    for path in sorted(FIXTURES.rglob("*")):
+        if path.is_file() and path.stat().st_size < 1 << 20:
+            out[str(path.relative_to(FIXTURES))] = path.read_bytes()
+    for path in sorted((ROOT / "tests" / "corpus").glob("*.jsonl")):
+        for line in filter(str.strip, path.read_text(encoding="utf-8").splitlines()):
+            case = json.loads(line)
+            out[case["id"]] = case["text"].encode()
+    return out
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of a few hundred bytes, so that even a short paste is read in several and the readers are shared out
+    after the first; every split is taken (GAIN), however little the first chunk cost."""
+    monkeypatch.setattr(ingest, "SNIFF", 64)
+    monkeypatch.setattr(ingest, "CHUNK", 64)
+    monkeypatch.setattr(split, "GAIN", float("inf"))
+
+
+def _answer(engine, data: bytes, jobs: int) -> dict:
+    return engine.diagnose(from_bytes(data, "x.log"), jobs=jobs).to_json_dict()
+
+
+def test_every_fixture_and_corpus_case_gets_the_same_answer_when_split(engine, small_chunks):
+    cases = {k: v for k, v in _inputs().items() if len(v) > 1024}   # a dozen chunks or more
+    assert len(cases) > 150
+    differ = [k for k, data in cases.items() if _answer(engine, data, 2) != _answer(engine, data, 1)]
+    assert differ == []
+
+
+@pytest.mark.parametrize("kind", ["mixed", "hf", "nccl"])
+def test_long_generated_logs_get_the_same_answer_when_split(engine, tmp_path, monkeypatch, kind):
+    """Chunk-wide reading (bulk readers, their regex matches kept as evidence) across the split, at 64 KiB chunks."""
+    monkeypatch.setattr(ingest, "CHUNK", 64 << 10)
+    monkeypatch.setattr(split, "GAIN", float("inf"))
+    log = tmp_path / f"{kind}.log"
+    subprocess.run([*GEN, kind, str(log), "--mb", "2"], capture_output=True, check=True)
+    data = log.read_bytes()
+    one = _answer(engine, data, 1)
+    assert one["findings"] and _answer(engine, data, 2) == one == _answer(engine, data, 4)
+
+
+class _Unsendable(Collector):
+    """A reader whose state cannot be pickled: its worker cannot send it back."""
+    name = "unsendable"
+    triggers = ("NCCL",)
+
+    def __init__(self):
+        self.lock = threading.Lock()
+
+    def feed(self, hit):
+        pass
+
+    def collect(self, ctx):
+        pass
+
+
+def _two_shares(monkeypatch):
+    """Even readers stay in the parent, odd ones go to one worker."""
+    monkeypatch.setattr(split, "partition", lambda cost, base, jobs: [list(range(0, len(cost), 2)),
+                                                                        list(range(1, len(cost), 2))])
+
+
+def _lost(d) -> set[str]:
+    return {n.split()[1] for n in d.input.notes if "reader failed" in n}
+
+
+def test_a_reader_that_cannot_be_sent_back_is_the_only_one_lost(engine, small_chunks, monkeypatch):
+    from engine import Engine
+
+    class WithUnsendable(Engine):
+        def _readers(self):
+            readers = super()._readers()
+            return [*readers, _Unsendable()] if len(readers) % 2 else [*readers, _Unsendable(), _Unsendable()]
+
+    _two_shares(monkeypatch)
+    data = (FIXTURES / "nccl_timeout" / "lagging_rank.log").read_bytes()
+    whole = _answer(engine, data, 1)
+    d = WithUnsendable(engine.books, engine.options, engine.backend).diagnose(from_bytes(data, "x.log"), jobs=2)
+    assert _lost(d) == {"unsendable"}
+    assert [f.symptom for f in d.findings] == [f["symptom"] for f in whole["findings"]] != []
+
+
+def test_a_lost_worker_costs_its_share_and_says_so(engine, small_chunks, monkeypatch):
+    _two_shares(monkeypatch)
+    monkeypatch.setattr(split, "answer", lambda states, failed: os._exit(3))   # runs in the worker only
+    data = (FIXTURES / "nccl_timeout" / "lagging_rank.log").read_bytes()
+    d = engine.diagnose(from_bytes(data, "x.log"), jobs=2)
+    assert _lost(d) == {r.name for r in engine._readers()[1::2]}
+
+
+def test_state_that_cannot_be_pickled_is_named_not_raised():
+    kind, sent, failed = pickle.loads(split.answer({0: threading.Lock(), 1: [1, 2]}, {"x": "boom"}))
+    assert kind == "ok" and pickle.loads(sent[1]) == [1, 2] and set(sent) == {1}
+    assert failed["x"] == "boom" and "pickle" in failed["reader 0"]
+
+
+def test_a_worker_reads_on_from_where_the_parent_was_at_the_fork(tmp_path, monkeypatch):
+    """After fork, parent and worker share each file's offset until the worker takes its own, and the parent reads
+    on at once: the worker must start where the parent was at the fork, and neither may move the other."""
+    data = bytes(range(256)) * 64
+    (tmp_path / "f.log").write_bytes(data)
+    real = split._detach
+    monkeypatch.setattr(split, "_detach", lambda files: (time.sleep(0.3), real(files)))   # the parent reads first
+    with open(tmp_path / "f.log", "rb", buffering=0) as f:   # every read an OS read
+        f.read(100)
+        workers = split.start([[0]], lambda share: pickle.dumps(("ok", {0: pickle.dumps(f.read(10))}, {})))
+        parent = f.read(5000)
+        got, failed = [None], {}
+        split.finish(workers, got, failed)
+        parent += f.read(10)
+    assert got[0] == data[100:110] and parent == data[100:5110] and failed == {}
+
+
+def test_cli_one_big_file_split_over_two_processes(tmp_path):
+    """The real command on a real file: a worker reads on from the parent's offset without moving it (they would
+    share one after fork), and prints nothing itself (no doubled answer)."""
+    log = tmp_path / "mixed.log"
+    subprocess.run([*GEN, "mixed", str(log), "--mb", "20"], capture_output=True, check=True)
+    cmd = [sys.executable, "-m", "bot.cli", "diagnose", "--json", str(log)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    one = subprocess.run([*cmd, "--jobs", "1"], capture_output=True, text=True, cwd=ROOT, env=env)
+    two = subprocess.run([*cmd, "--jobs", "2"], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert one.returncode == two.returncode == 0 and one.stderr == two.stderr == ""
+    strip = [json.loads(x) for x in (one.stdout, two.stdout)]
+    for d in strip:
+        d.pop("timing", None)
+    assert strip[0] == strip[1] and two.stdout.count("\n") == 1
+    assert {f["symptom"] for f in strip[0]["findings"]} >= {"cuda_oom", "loss_spike"}
