@@ -202,6 +202,11 @@ def main(argv=None) -> int:
            f"{grep + series:.2f} s), RSS {rss} MiB", "<= 1.0x, <= 200 MiB", tri <= grep + series and rss <= 200)
     target("mixed log: OOM and loss spike found at their lines", str(check_found(json.loads(out), info)), "True",
            check_found(json.loads(out), info))
+    one, one_rss, one_out = best_of(1, [*TRIAGE, "diagnose", "--json", "--jobs", "1", str(log)])
+    same = json.loads(one_out) == json.loads(out)
+    target(f"mixed log {a.mixed_mb} MiB, readers shared over up to {os.cpu_count()} processes (the default) / one "
+           f"process (--jobs 1); RSS is the largest process's", f"{tri / one:.2f}x ({tri:.2f} s vs {one:.2f} s), "
+           f"RSS {rss} vs {one_rss} MiB, same answer: {same}", "< 1.0x, same answer", tri < one and same)
     tri, rss, out = _diagnose_with("TRIAGE_MAX_BYTES", str(a.mixed_mb << 19), log)   # half: its head and tail are read
     target(f"the same log over the size cap (TRIAGE_MAX_BYTES = {a.mixed_mb // 2} MiB: head and tail read), peak RSS",
            f"{rss} MiB ({tri:.2f} s, truncated: {json.loads(out)['input']['truncated']})", "<= 200 MiB", rss <= 200)
