@@ -9,6 +9,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/python -m compileall -q bot core engine parsers playbooks knowledge >/dev/null
 	touch $(STAMP)
 
 demo: $(STAMP)

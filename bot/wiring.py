@@ -8,7 +8,7 @@ def engine(settings):
     from engine import Engine
     from playbooks.engine import load
     books = load(settings.playbooks, cache=settings.cache_dir / "playbooks")
-    return Engine(books, settings.parser_options(), settings.scan_backend)
+    return Engine(books, settings.parser_options(), settings.scan_backend, settings.cache_dir / "scanner")
 
 
 def store(settings):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from itertools import islice
+from pathlib import Path
 from time import perf_counter
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
@@ -58,10 +59,11 @@ def _guarded(failed: dict[str, str], name: str, call: Callable, *args):
 @dataclass(frozen=True)
 class Engine:
     """The validated playbooks, the parsers' options (instances of their declared `Options` types: the team's
-    loss-spike thresholds) and the scanner backend ('auto', 'hyperscan' or 're')."""
+    loss-spike thresholds), the scanner backend ('auto', 'hyperscan', 'ahocorasick' or 're') and its cache directory."""
     books: Sequence[playbooks.Book]
     options: tuple[Any, ...] = ()
     backend: str = "auto"
+    cache: Path | None = None   # a directory the scanner may keep its compiled matcher in
 
     @property
     def rules(self) -> tuple[dict[str, Any], ...]:
@@ -82,7 +84,7 @@ class Engine:
         answer, sooner on a big log)."""
         readers = self._readers()
         parsers = [r for r in readers if isinstance(r, Parser)]
-        scanner = Scanner(readers, self.backend)
+        scanner = Scanner(readers, self.backend, self.cache)
         chunks = source.chunks()
         workers: list[split.Worker] = []
         try:

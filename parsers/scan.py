@@ -3,8 +3,10 @@ attach the context the claiming parsers asked for, and feed them to those parser
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections import deque
+from pathlib import Path
 from time import perf_counter
 from typing import Sequence
 
@@ -91,14 +93,12 @@ class _HyperscanBackend:
     """Hyperscan's multi-literal matcher (grep-class speed); matches are grouped into lines afterwards."""
     name = "hyperscan"
 
-    def __init__(self, literals: list[bytes]):
+    def __init__(self, literals: list[bytes], cache: Path | None = None):
         import hyperscan
         self.literals = literals
         self.db = _HS_DATABASES.get(key := tuple(literals))
-        if self.db is None:   # ~30 ms: once per trigger set in a process (a bot answers many diagnoses)
-            self.db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            self.db.compile(expressions=literals, ids=list(range(len(literals))), elements=len(literals),
-                            flags=[0] * len(literals), literal=True)
+        if self.db is None:   # once per trigger set in a process (a bot answers many diagnoses)
+            self.db = _hs_database(literals, cache)
             if len(_HS_DATABASES) >= 16:
                 _HS_DATABASES.clear()
             _HS_DATABASES[key] = self.db
@@ -109,6 +109,35 @@ class _HyperscanBackend:
         self.db.scan(buf, match_event_handler=lambda i, f, to, fl, c: hits.append((to, i)), scratch=self.scratch)
         hits.sort()
         return _group(buf, hits, self.literals)
+
+
+def _hs_database(literals: list[bytes], cache: Path | None):
+    """The compiled database (70-100 ms here, most of a short paste's time in a fresh process), kept in `cache` keyed
+    by the literals, Hyperscan's version and the machine. A file that does not load on this host (another CPU, a
+    damaged file) is compiled again and replaced; an unwritable cache only costs the compile."""
+    import hyperscan
+    path = None
+    if cache is not None:
+        import hashlib
+        import platform
+        tag = f"{getattr(hyperscan, '__version__', '?')} {platform.machine()}".encode()
+        path = cache / (hashlib.sha256(b"\0".join([tag, *literals])).hexdigest()[:32] + ".hsdb")
+        try:
+            return hyperscan.loadb(path.read_bytes(), hyperscan.HS_MODE_BLOCK)
+        except Exception:
+            pass
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    db.compile(expressions=literals, ids=list(range(len(literals))), elements=len(literals),
+               flags=[0] * len(literals), literal=True)
+    if path is not None:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(hyperscan.dumpb(db))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return db
 
 
 def _group(buf: bytes, hits: list[tuple[int, int]], lits: list[bytes]):
@@ -154,13 +183,14 @@ BACKENDS = ("auto", "hyperscan", "ahocorasick", "re")
 _NATIVE = {"hyperscan": _HyperscanBackend, "ahocorasick": _AhoCorasickBackend}
 
 
-def make_backend(literals: list[bytes], prefer: str = "auto"):
-    """The backend asked for; by default hyperscan, else pyahocorasick, whichever is installed, else pure Python."""
+def make_backend(literals: list[bytes], prefer: str = "auto", cache: Path | None = None):
+    """The backend asked for; by default hyperscan, else pyahocorasick, whichever is installed, else pure Python.
+    `cache`: a directory for Hyperscan's compiled database."""
     if prefer not in BACKENDS:
         raise ValueError(f"scanner backend must be one of {', '.join(BACKENDS)}, not {prefer!r}")
     for name in (("hyperscan", "ahocorasick") if prefer == "auto" else (prefer,) if prefer in _NATIVE else ()):
         try:
-            return _NATIVE[name](literals)
+            return _HyperscanBackend(literals, cache) if name == "hyperscan" else _NATIVE[name](literals)
         except ImportError:
             if prefer != "auto":
                 raise
@@ -194,8 +224,9 @@ class _Off:
 
 
 class Scanner:
-    def __init__(self, parsers: Sequence[Reader], backend: str = "auto"):
+    def __init__(self, parsers: Sequence[Reader], backend: str = "auto", cache: Path | None = None):
         self.parsers = list(parsers)
+        self.cache = cache                 # where Hyperscan's compiled database is kept between processes
         self.failed: dict[str, str] = {}   # reader name -> the exception it raised (a bug: it is switched off)
         self.backend_name = backend
         self.bulk: list[int] = []          # parsers reading their dominant line format chunk-wide
@@ -218,7 +249,7 @@ class Scanner:
         # window, which centres on its first trigger) are the same in every process that reads part of the readers.
         mine = owners if self.active is None else {t: ix & self.active for t, ix in owners.items()}
         self.owners = _Owners(mine)
-        self.backend = make_backend(list(owners), self.backend_name)
+        self.backend = make_backend(list(owners), self.backend_name, self.cache)
 
     def restrict(self, active: frozenset[int]) -> None:
         """Feed only these readers from now on (the others are read in another process); stop measuring."""

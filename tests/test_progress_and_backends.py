@@ -283,6 +283,30 @@ def test_scanners_share_the_compiled_hyperscan_database_but_not_its_scratch(book
     assert together == alone * 3
 
 
+def test_a_new_process_loads_the_compiled_hyperscan_database_from_the_cache(tmp_path, monkeypatch):
+    """A fresh process (the CLI on a paste, a Slurm epilog) loads the database instead of compiling it again; a
+    damaged file is compiled again and replaced; an unwritable cache still scans."""
+    hyperscan = pytest.importorskip("hyperscan")
+    from parsers import scan
+    lits, buf = [b"NCCL WARN", b"Xid", b"CUDA out of memory"], b"a\nNVRM: Xid 79\nb NCCL WARN c\n"
+    expect = list(scan._HyperscanBackend(lits).lines(buf))
+    monkeypatch.setattr(scan, "_HS_DATABASES", {})
+    first = scan.make_backend(lits, "hyperscan", tmp_path / "c")
+    [saved] = (tmp_path / "c").iterdir()
+    monkeypatch.setattr(scan, "_HS_DATABASES", {})   # as in a new process
+    monkeypatch.setattr(hyperscan, "Database", lambda **k: pytest.fail("compiled, not loaded"))
+    second = scan.make_backend(lits, "hyperscan", tmp_path / "c")
+    assert list(first.lines(buf)) == list(second.lines(buf)) == expect
+    monkeypatch.undo()
+    saved.write_bytes(b"not a database")
+    monkeypatch.setattr(scan, "_HS_DATABASES", {})
+    assert list(scan.make_backend(lits, "hyperscan", tmp_path / "c").lines(buf)) == expect
+    assert saved.read_bytes() != b"not a database"
+    (tmp_path / "ro").write_text("a file where the directory should be")
+    monkeypatch.setattr(scan, "_HS_DATABASES", {})
+    assert list(scan.make_backend(lits, "hyperscan", tmp_path / "ro" / "c").lines(buf)) == expect
+
+
 def test_a_spike_right_where_chunk_wide_reading_starts_is_judged_on_the_history_read_before():
     """A multi-rank log read line by line at first (NCCL set-up opens it) switches to chunk-wide reading later; the
     one chunk-wide curve goes on from the curve read so far, so a spike on the first step it reads is still one
