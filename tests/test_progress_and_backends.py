@@ -62,7 +62,7 @@ BACKENDS = tuple(b for b, mod in (("re", "re"), ("hyperscan", "hyperscan"), ("ah
 def test_the_scanner_backends_agree(books):
     from core.ingest import from_bytes
     from engine import Engine
-    from parsers import scan
+    from parsers import scan_backends as scan
     if len(BACKENDS) < 2:
         pytest.skip("only the pure-Python scanner is installed")
     cases = sorted(FIXTURES.rglob("*.log"))
@@ -287,7 +287,7 @@ def test_a_new_process_loads_the_compiled_hyperscan_database_from_the_cache(tmp_
     """A fresh process (the CLI on a paste, a Slurm epilog) loads the database instead of compiling it again; a
     damaged file is compiled again and replaced; an unwritable cache still scans."""
     hyperscan = pytest.importorskip("hyperscan")
-    from parsers import scan
+    from parsers import scan_backends as scan
     lits, buf = [b"NCCL WARN", b"Xid", b"CUDA out of memory"], b"a\nNVRM: Xid 79\nb NCCL WARN c\n"
     expect = list(scan._HyperscanBackend(lits).lines(buf))
     monkeypatch.setattr(scan, "_HS_DATABASES", {})
