@@ -23,13 +23,16 @@ def jobs_for(requested: int, paths: list[tuple[str, str]], together: bool) -> in
     return min(os.cpu_count() or 1, len(paths)) if total >= POOL_FROM else 1
 
 
+SPLIT_FROM = 32 << 20   # bytes of one input from which its readers may be shared out (forked workers start at once)
+
+
 def split_jobs(requested: int, paths: list[tuple[str, str]]) -> int:
-    """Processes for one input's readers: --jobs N as given; by default all cores when its files hold POOL_FROM
+    """Processes for one input's readers: --jobs N as given; by default all cores when its files hold SPLIT_FROM
     bytes or more (a .gz counted 8 times over: what it unpacks to, roughly), else one."""
     if requested:
         return requested
     total = sum(os.path.getsize(p) * (8 if p.endswith(".gz") else 1) for p, _ in paths if os.path.isfile(p))
-    return (os.cpu_count() or 1) if total >= POOL_FROM else 1
+    return (os.cpu_count() or 1) if total >= SPLIT_FROM else 1
 
 
 def _start(settings) -> None:
