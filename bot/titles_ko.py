@@ -133,7 +133,8 @@ _BUILDERS: dict[str, Callable[[Finding, dict], str]] = {
                                else "집합 통신이 패브릭이 낼 수 있는 속도에 한참 못 미침"),
     "straggler": lambda f, x: "느린 rank가 작업 전체를 늦춤: "
     + ("rank " + ", ".join(map(str, x["slow_ranks"][:8])) if x["slow_ranks"] else "어느 rank인지는 미확인")
-    + (f" (가장 빠른 rank보다 {x['slowdown_pct']}% 느림)" if "slowdown_pct" in x else ""),
+    + (f" (가장 빠른 rank보다 {x['slowdown_pct']}% 느림)" if "slowdown_pct" in x else "")
+    + (f" (GPU sniff test에서 중앙값보다 {x['below_median_pct']}% 낮음)" if "below_median_pct" in x else ""),
     "moe_imbalance": lambda f, x: "MoE expert 라우팅 불균형" + (f": 최대 편차 {x['max_deviation']}" if "max_deviation" in x else "")
     + (f", token drop rate {x['drop_rate']}" if "drop_rate" in x else ""),
 }

@@ -97,7 +97,7 @@ _REGISTRY: tuple[Symptom, ...] = (
             report=THROUGHPUT),   # its Korean title depends on the rule: bot.titles_ko builds it
     Symptom("straggler", "slow", "warning", 12, "A slow rank or node holds the job back", "느린 rank/노드(straggler)",
             ("clock_mhz", "fleet_clock_mhz", F.LAGGING_HOSTS, "reports", "score", "slow_ranks", "slowdown_pct",
-             "slow_reports", "threshold", "detector"),
+             "slow_reports", "threshold", "detector", "below_median_pct", "metric"),
             host_facts={F.LAGGING_HOSTS: F.ROLE_LAGGING}, report=THROUGHPUT),
     Symptom("pipeline_bubble", "slow", "warning", 15, "Pipeline bubble", "파이프라인 버블",
             ("bubble_pct", "bubble_pct_after", "full_pipeline_batch", "global_batch_size", "layers_per_virtual_stage",

@@ -6,7 +6,11 @@ straggler detectors print, since a collective makes every rank's step time equal
   "STRAGGLER DETECTION WARNING: … Affected ranks: {76, 13}" (a list in some versions).
 - Megatron's `--log-straggler` (megatron.core.utils.StragglerDetector): "| MnRtt/Rnk: 3453.08ms/8 | MxRtt/Rnk:
   3468.20ms/0 | … MnClk/Rnk: 1950MHz/28 | MxClk/Rnk: 1980MHz/0 | …" once a logging interval, per-rank time in the
-  traced forward ops (min and max with their ranks), and "^^^^ Bottom N Ranks with lowest  Etpt(TF): 296.02/0, …"."""
+  traced forward ops (min and max with their ranks), and "^^^^ Bottom N Ranks with lowest  Etpt(TF): 296.02/0, …".
+- Megatron's GPU sniff test (`--gpu-sniff-test-interval`, or run alone): each micro-benchmark's spread ("  GEMM
+  throughput (8192x8192x8192, bf16) [TFLOP/s/GPU]: median=781.40, …") and its outliers ("    OUTLIER rank 13
+  (node-2): 601.68 (-23.0%)"). Only a rank below the median counts, and a 1 MB message's bandwidth (latency
+  jitter) does not on its own."""
 from __future__ import annotations
 
 from collections import Counter
@@ -27,12 +31,18 @@ _RANK_ROW = rx(r"^\s*Rank=(\d+)\s+Node=(\S+)\s+Score=([\d.]+)")
 _DETECTOR = rx(r"MnRtt/Rnk: ([\d.]+)ms/(\d+) \| MxRtt/Rnk: ([\d.]+)ms/(\d+)")
 _CLOCK = rx(r"MnClk/Rnk: ([\d.]+)MHz/(\d+) \| MxClk/Rnk: ([\d.]+)MHz/(\d+)")
 _BOTTOM = rx(r"Bottom\s+\d+ Ranks with lowest\s+Etpt\(TF\):\s*(.*)")
+_SNIFF_METRIC = rx(r"((?:GEMM throughput|All-reduce busbw|Reduce-scatter busbw|All-to-all busbw|Send/recv busbw) "
+                   r"\(.*?\)) \[(TFLOP/s/GPU|GB/s)\]: median=")
+_SNIFF_OUTLIER = rx(r"OUTLIER rank (\d+)(?: \(([^)]*)\))?: [-\d.]+ \(([-+][\d.]+)%\)")
+_SNIFF_SMALL = rx(r"\b(\d+) MB\b")
+SNIFF_MIN_MB = 100   # a sniff-test bandwidth at a smaller message measures latency, too noisy to name a node alone
 
 
 class StragglerParser(Parser):
     name = "straggler"
     triggers = ("STRAGGLER DETECTION WARNING", "GPU relative performance", "GPU individual performance",
-                "Worst performing", "Best performing", "Rank=", "MnRtt/Rnk", "Ranks with lowest")
+                "Worst performing", "Best performing", "Rank=", "MnRtt/Rnk", "Ranks with lowest",
+                "[TFLOP/s/GPU]: median=", "[GB/s]: median=", "OUTLIER rank ")
 
     def __init__(self) -> None:
         super().__init__()
@@ -44,10 +54,15 @@ class StragglerParser(Parser):
         self.nodes: dict[int, str] = {}
         self.reports: list[tuple[float, int, float | None, float | None, int, str]] = []
         self.bottom: tuple[int, str] | None = None
+        self.metric: tuple[str, bool] = ("", False)   # the sniff test's metric being listed, whether it can count
+        self.sniffed: dict[int, tuple[float, str, str]] = {}   # rank -> (lowest % below median, metric, host)
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
         if "Rank=" in t and self._row(t, hit):
+            return
+        if "median=" in t or "OUTLIER" in t:
+            self._sniff(t, hit)
             return
         m = search(_WARNING, t)
         if m:
@@ -92,8 +107,39 @@ class StragglerParser(Parser):
                 self.ev.add(hit.no, t)
         return True
 
+    def _sniff(self, t: str, hit: Hit) -> None:
+        m = search(_SNIFF_METRIC, t)
+        if m:
+            size = search(_SNIFF_SMALL, m.group(1))
+            self.metric = (m.group(1), size is None or int(size.group(1)) >= SNIFF_MIN_MB)
+            return
+        m = search(_SNIFF_OUTLIER, t)
+        name, counts = self.metric
+        if not m or not counts or float(m.group(3)) >= 0:
+            return
+        rank, below = int(m.group(1)), -float(m.group(3))
+        if below > self.sniffed.get(rank, (0.0,))[0]:
+            self.sniffed[rank] = (below, name, m.group(2) or "")
+        self.ev.add(hit.no, t)
+
     def finish(self, ctx: Context) -> list[Finding]:
-        return self._nvrx() or self._megatron(ctx)
+        return self._nvrx() or self._sniff_test() or self._megatron(ctx)
+
+    def _sniff_test(self) -> list[Finding]:
+        if not self.sniffed:
+            return []
+        slow = sorted(self.sniffed)
+        worst = max(self.sniffed.values())
+        facts: dict[str, Any] = {"detector": "megatron_sniff_test", "slow_ranks": slow,
+                                 "below_median_pct": round(worst[0], 1), "metric": worst[1][:100]}
+        hosts = sorted({h for _, _, h in self.sniffed.values() if h})
+        if hosts:
+            facts[F.LAGGING_HOSTS] = hosts
+        what = "GEMM throughput" if worst[1].startswith("GEMM") else "bus bandwidth"
+        where = f" on {', '.join(hosts[:4])}" if hosts else ""
+        title = (f"Straggler: rank {ranks_text(slow)}{where} {worst[0]:g}% below the median {what} in Megatron's GPU "
+                 f"sniff test")
+        return [self._finding("straggler.sniff_test", title, facts)]
 
     def _nvrx(self) -> list[Finding]:
         low_rel = {r for r, s in self.worst.items() if s < NVRX_THRESHOLD}

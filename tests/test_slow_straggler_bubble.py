@@ -168,3 +168,35 @@ def test_minmax_spread_with_pipeline_stages_or_experts_is_not_a_straggler(run):
     assert [f for f in run(args + _minmax(1.5)).findings if f.symptom == "straggler"] == []
     moe = "  num_experts ..................................... 64\n"
     assert run(moe + _minmax(1.5)).findings == []
+
+
+def _sniff(metric: str, unit: str, pct: float, rank: int = 13, host: str = "node-2") -> str:
+    median = 700.0
+    return "\n".join(["INFO:megatron.training.gpu_sniff_test:  GPU sniff test -- iteration 500",
+                      f"INFO:megatron.training.gpu_sniff_test:  {metric} [{unit}]: median={median:.2f}, mean=690.00, "
+                      f"min=500.00, max=720.00",
+                      f"WARNING:megatron.training.gpu_sniff_test:    OUTLIER rank {rank} ({host}): "
+                      f"{median * (1 + pct / 100):.2f} ({pct / 100:+.1%})"])
+
+
+def test_sniff_test_names_a_rank_below_the_median_with_its_host(run):
+    f = run(_sniff("GEMM throughput (8192x8192x8192, bf16)", "TFLOP/s/GPU", -12.5)).findings[0]
+    assert (f.rule, f.facts["slow_ranks"], f.facts["lagging_hosts"], f.facts["below_median_pct"]) == \
+        ("straggler.sniff_test", [13], ["node-2"], 12.5)
+    assert "GEMM throughput" in f.title and [s.id for s in f.steps][0] == "straggler.drain_and_test"
+    from bot.titles_ko import title
+    assert title(f) == "느린 rank가 작업 전체를 늦춤: rank 13 (GPU sniff test에서 중앙값보다 12.5% 낮음)"
+
+
+@pytest.mark.parametrize("metric,unit,pct", [
+    ("GEMM throughput (8192x8192x8192, bf16)", "TFLOP/s/GPU", 14.0),         # faster than the rest: nobody waits
+    ("Send/recv busbw (DP PG, 1 MB, e.g., rank 0 <-> rank 8)", "GB/s", -30.0),   # latency jitter at 1 MB
+    ("All-reduce busbw (global PG, size=64, 1 MB)", "GB/s", -25.0),
+])
+def test_sniff_test_outliers_that_name_no_straggler(run, metric, unit, pct):
+    assert run(_sniff(metric, unit, pct)).findings == []
+
+
+def test_sniff_test_large_message_bandwidth_counts(run):
+    f = run(_sniff("All-reduce busbw (global PG, size=64, 268 MB)", "GB/s", -40.0, rank=24, host="gpu-17")).findings[0]
+    assert f.facts["slow_ranks"] == [24] and "bus bandwidth" in f.title

@@ -27,6 +27,7 @@ THROUGHPUT = S.in_group(S.THROUGHPUT)
 _SLOW_MEASURE = (("mfu_pct", "MFU %"), ("util_pct", "GPU util %"), ("ratio_pct", "busbw % of expected"),
                  ("comm_share_pct", "NCCL % of CUDA time"), ("input_share_pct", "input % of step"),
                  ("slowdown_pct", "slowest rank % slower"), ("score", "slowest rank's score"),
+                 ("below_median_pct", "sniff test: % below the median"),
                  ("bubble_pct", "pipeline bubble % of step"))
 
 
