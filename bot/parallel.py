@@ -28,10 +28,13 @@ SPLIT_FROM = 32 << 20   # bytes of one input from which its readers may be share
 
 def split_jobs(requested: int, paths: list[tuple[str, str]]) -> int:
     """Processes for one input's readers: --jobs N as given; by default all cores when its files hold SPLIT_FROM
-    bytes or more (a .gz counted 8 times over: what it unpacks to, roughly), else one."""
+    bytes or more (a .gz counted 8 times over: what it unpacks to, roughly), else one. Always one for stdin or any
+    other path that is not a regular file: a worker could not read a pipe on its own."""
+    if not all(os.path.isfile(p) for p, _ in paths):
+        return 1
     if requested:
         return requested
-    total = sum(os.path.getsize(p) * (8 if p.endswith(".gz") else 1) for p, _ in paths if os.path.isfile(p))
+    total = sum(os.path.getsize(p) * (8 if p.endswith(".gz") else 1) for p, _ in paths)
     return (os.cpu_count() or 1) if total >= SPLIT_FROM else 1
 
 

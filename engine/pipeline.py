@@ -88,7 +88,7 @@ class Engine:
         chunks = source.chunks()
         workers: list[split.Worker] = []
         try:
-            if jobs > 1 and split.available():
+            if jobs > 1 and split.available() and split.rereadable(getattr(source, "stream", None)):
                 scanner.cost = [0.0] * len(readers)
                 began = perf_counter()
                 last = self._read(scanner, islice(chunks, 1), source, progress, parsers)

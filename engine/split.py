@@ -9,9 +9,11 @@ that raises is. POSIX with /proc (Linux): elsewhere one process reads."""
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import pickle
 import signal
+import stat
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -21,6 +23,17 @@ GAIN = 0.85   # another share must cut the expected time by at least 15% (each p
 
 def available() -> bool:
     return hasattr(os, "fork") and os.path.isdir("/proc/self/fd")
+
+
+def rereadable(stream) -> bool:
+    """Whether a worker can read on from this stream by itself: memory or a regular file (not a pipe or a socket,
+    whose bytes would go to whichever process reads first). None: the source opens its files itself (Joined)."""
+    if stream is None or isinstance(stream, io.BytesIO):
+        return True
+    try:
+        return stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        return False
 
 
 def partition(cost: list[float], base: float, jobs: int) -> list[list[int]]:

@@ -192,3 +192,23 @@ def test_cli_splits_one_input_and_prints_one_answer(tmp_path, monkeypatch, capsy
     three = capsys.readouterr()
     assert started == [2] and three.out == one.out and three.err == one.err == ""
     assert json.loads(one.out)["findings"]
+
+
+def test_a_pipe_is_never_split(engine, small_chunks, monkeypatch, tmp_path):
+    """A worker cannot read a pipe on its own (its bytes would go to whichever process reads first): stdin, or
+    any input that is not a regular file, is read by one process, whatever --jobs says."""
+    from bot.parallel import split_jobs
+    from core.ingest import Source
+    assert split_jobs(4, [("-", "stdin")]) == 1 and split_jobs(4, [(str(tmp_path), "dir")]) == 1
+    (tmp_path / "a.log").write_bytes(b"x\n")
+    assert split_jobs(4, [(str(tmp_path / "a.log"), "a.log")]) == 4
+    data = (FIXTURES / "nccl_timeout" / "lagging_rank.log").read_bytes()
+    started = []
+    monkeypatch.setattr(split, "start", lambda shares, work: started.append(shares) or [])
+    r, w = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(w, data), os.close(w)))
+    writer.start()
+    with os.fdopen(r, "rb") as pipe:
+        d = engine.diagnose(Source("stdin", pipe), jobs=2)
+    writer.join()
+    assert started == [] and d.to_json_dict()["findings"] == _answer(engine, data, 1)["findings"]
