@@ -48,8 +48,8 @@ def _inputs() -> dict[str, bytes]:
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    """Chunks of a few hundred bytes, so that even a short paste is read in several and the readers are shared out
-    after the first; every split is taken (GAIN), however little the first chunk cost."""
+    """64-byte chunks (the first, with the sniffed head, 128), so that even a short paste is read in many and the
+    readers are shared out after the first; every split is taken (GAIN), however little the first chunk cost."""
     monkeypatch.setattr(ingest, "SNIFF", 64)
     monkeypatch.setattr(ingest, "CHUNK", 64)
     monkeypatch.setattr(split, "GAIN", float("inf"))
@@ -108,7 +108,7 @@ def test_a_reader_that_cannot_be_sent_back_is_the_only_one_lost(engine, small_ch
 
     class WithUnsendable(Engine):
         def _readers(self):
-            readers = super()._readers()
+            readers = super()._readers()   # the last one added at an odd index: in the worker's share
             return [*readers, _Unsendable()] if len(readers) % 2 else [*readers, _Unsendable(), _Unsendable()]
 
     _two_shares(monkeypatch)
