@@ -96,6 +96,9 @@ class Scanner:
         # window, which centres on its first trigger) are the same in every process that reads part of the readers.
         mine = owners if self.active is None else {t: ix & self.active for t, ix in owners.items()}
         self.owners = _Owners(mine)
+        # ... and a line's neighbours are gathered for all the readers it concerns, fed here or not: a reader that
+        # reads all of them sees the same lines in every process
+        self.context_owners = self.owners if self.active is None else _Owners(owners)
         self.backend = make_backend(list(owners), self.backend_name, self.cache)
 
     def restrict(self, active: frozenset[int]) -> None:
@@ -140,10 +143,11 @@ class Scanner:
                 cost[i] += perf_counter() - began
         self.bulk = [i for i in self.bulk if not isinstance(self.parsers[i], _Off)]
 
-    def _claimants(self, found: list[bytes]) -> tuple[int, ...]:
+    def _claimants(self, found: list[bytes], owners: _Owners | None = None) -> tuple[int, ...]:
+        owners = self.owners if owners is None else owners
         if len(found) == 1:
-            return self.owners[found[0]]
-        return tuple(sorted(set().union(*(self.owners[f] for f in set(found)))))
+            return owners[found[0]]
+        return tuple(sorted(set().union(*(owners[f] for f in set(found)))))
 
     def _dispatch(self, hit: Hit, who: tuple[int, ...]) -> None:
         cost = self.cost
@@ -178,8 +182,9 @@ class Scanner:
             if not who:   # only readers another process feeds
                 continue
             hit = Hit(no + 1, clean(buf[ls:le], first - ls), clean=clean)
-            nb = max(self.parsers[i].before for i in who)
-            na = max(self.parsers[i].after for i in who)
+            near = who if self.active is None else self._claimants(found, self.context_owners)
+            nb = max(self.parsers[i].before for i in near)
+            na = max(self.parsers[i].after for i in near)
             if nb:
                 hit._before = self._before(buf, ls, nb)
             need = na

@@ -212,3 +212,33 @@ def test_a_pipe_is_never_split(engine, small_chunks, monkeypatch, tmp_path):
         d = engine.diagnose(Source("stdin", pipe), jobs=2)
     writer.join()
     assert started == [] and d.to_json_dict()["findings"] == _answer(engine, data, 1)["findings"]
+
+
+def test_a_reader_sees_the_same_neighbour_lines_whatever_its_share():
+    """A line's context is gathered for the largest `before`/`after` of all the readers it concerns; a reader that
+    looks at all of it (not only its own count) must see the same lines when the others are fed elsewhere."""
+    from parsers.base import Reader
+    from parsers.scan import Scanner
+
+    class Wide(Reader):
+        name, triggers, before, after = "wide", ("XYZ",), 2, 3
+
+        def feed(self, hit):
+            pass
+
+    class Narrow(Reader):
+        name, triggers, before, after = "narrow", ("XYZ",), 0, 1
+
+        def __init__(self):
+            self.seen = []
+
+        def feed(self, hit):
+            self.seen.append((hit.before, hit.after))
+
+    buf = b"a\nb\nXYZ here\nc\nd\ne\nf\n"
+    alone, shared = Scanner([Wide(), Narrow()]), Scanner([Wide(), Narrow()])
+    shared.restrict(frozenset({1}))   # as in a worker that feeds only the narrow reader
+    for sc in (alone, shared):
+        sc.feed(buf)
+        sc.close()
+    assert shared.parsers[1].seen == alone.parsers[1].seen == [(("a", "b"), ["c", "d", "e"])]
