@@ -19,23 +19,28 @@ RX_UNTIMED = 256
 class Hit:
     """A candidate line (1-based number, cleaned text) with a little context around it. The context lines are
     kept raw and cleaned only when a parser reads them."""
-    __slots__ = ("no", "text", "_before", "_after", "_clean")
+    __slots__ = ("no", "text", "_before", "_after", "_clean", "view")
 
     def __init__(self, no: int, text: str, before=(), after=None, clean=None):
         self.no, self.text = no, text
         self._before, self._after, self._clean = before, after if after is not None else [], clean
+        # (before, after): how many neighbour lines the reader being fed asked for. The scanner gathers them for
+        # the most demanding reader of the line; each reader sees its own count, whoever else reads the line.
+        self.view: tuple[int, int] | None = None
 
     @property
     def before(self) -> tuple[str, ...]:
         if self._clean and self._before and isinstance(self._before[0], bytes):
             self._before = tuple(self._clean(b) for b in self._before)
+        if self.view is not None:
+            return tuple(self._before[max(0, len(self._before) - self.view[0]):]) if self.view[0] else ()
         return tuple(self._before)
 
     @property
     def after(self) -> list[str]:
         if self._clean and any(isinstance(a, bytes) for a in self._after):
             self._after = [self._clean(a) if isinstance(a, bytes) else a for a in self._after]
-        return self._after
+        return self._after if self.view is None else self._after[:self.view[1]]
 
     def joined(self, n: int = 1) -> str:
         """The line with the next n lines glued on: undoes terminal hard-wrapping mid-token."""

@@ -96,9 +96,6 @@ class Scanner:
         # window, which centres on its first trigger) are the same in every process that reads part of the readers.
         mine = owners if self.active is None else {t: ix & self.active for t, ix in owners.items()}
         self.owners = _Owners(mine)
-        # ... and a line's neighbours are gathered for all the readers it concerns, fed here or not: a reader that
-        # reads all of them sees the same lines in every process
-        self.context_owners = self.owners if self.active is None else _Owners(owners)
         self.backend = make_backend(list(owners), self.backend_name, self.cache)
 
     def restrict(self, active: frozenset[int]) -> None:
@@ -143,18 +140,19 @@ class Scanner:
                 cost[i] += perf_counter() - began
         self.bulk = [i for i in self.bulk if not isinstance(self.parsers[i], _Off)]
 
-    def _claimants(self, found: list[bytes], owners: _Owners | None = None) -> tuple[int, ...]:
-        owners = self.owners if owners is None else owners
+    def _claimants(self, found: list[bytes]) -> tuple[int, ...]:
         if len(found) == 1:
-            return owners[found[0]]
-        return tuple(sorted(set().union(*(owners[f] for f in set(found)))))
+            return self.owners[found[0]]
+        return tuple(sorted(set().union(*(self.owners[f] for f in set(found)))))
 
     def _dispatch(self, hit: Hit, who: tuple[int, ...]) -> None:
         cost = self.cost
         for i in who:
             began = perf_counter() if cost is not None else 0.0
+            reader = self.parsers[i]
+            hit.view = (reader.before, reader.after)
             try:
-                self.parsers[i].feed(hit)
+                reader.feed(hit)
             except Exception as e:   # one reader's bug must not cost the whole diagnosis
                 self._fail(i, e)
             if cost is not None:
@@ -182,9 +180,8 @@ class Scanner:
             if not who:   # only readers another process feeds
                 continue
             hit = Hit(no + 1, clean(buf[ls:le], first - ls), clean=clean)
-            near = who if self.active is None else self._claimants(found, self.context_owners)
-            nb = max(self.parsers[i].before for i in near)
-            na = max(self.parsers[i].after for i in near)
+            nb = max(self.parsers[i].before for i in who)   # each reader sees its own count (Hit.view)
+            na = max(self.parsers[i].after for i in who)
             if nb:
                 hit._before = self._before(buf, ls, nb)
             need = na

@@ -147,3 +147,16 @@ def test_json_lines_without_a_log_field_are_read_as_they_are(run):
     assert d.input.notes == []
     assert d.findings[0].symptom == "loss_spike" and d.findings[0].facts["iteration"] == 50
     assert any(e.line == 50 and e.text.startswith('{"step": 50') for e in d.findings[0].evidence)
+
+
+def test_a_hit_shows_each_reader_its_own_count_of_neighbour_lines():
+    """The scanner gathers neighbours for the most demanding reader; a reader asking for fewer sees only its own,
+    and a line near the start of the log has fewer before it than asked (never a wrapped-around slice)."""
+    from parsers.base import Hit
+    hit = Hit(9, "x", before=("a", "b", "c"), after=["d", "e", "f", "g"])
+    hit.view = (2, 1)
+    assert (hit.before, hit.after) == (("b", "c"), ["d"])
+    hit.view = (12, 12)
+    assert (hit.before, hit.after) == (("a", "b", "c"), ["d", "e", "f", "g"])
+    hit.view = (0, 0)
+    assert (hit.before, hit.after, hit.joined(2)) == ((), [], "x")

@@ -215,8 +215,8 @@ def test_a_pipe_is_never_split(engine, small_chunks, monkeypatch, tmp_path):
 
 
 def test_a_reader_sees_the_same_neighbour_lines_whatever_its_share():
-    """A line's context is gathered for the largest `before`/`after` of all the readers it concerns; a reader that
-    looks at all of it (not only its own count) must see the same lines when the others are fed elsewhere."""
+    """A line's context is gathered for the largest `before`/`after` of all the readers it concerns, and each reader
+    sees its own count of it: the same lines alone, beside a wider reader, or with the wider one fed elsewhere."""
     from parsers.base import Reader
     from parsers.scan import Scanner
 
@@ -241,4 +241,7 @@ def test_a_reader_sees_the_same_neighbour_lines_whatever_its_share():
     for sc in (alone, shared):
         sc.feed(buf)
         sc.close()
-    assert shared.parsers[1].seen == alone.parsers[1].seen == [(("a", "b"), ["c", "d", "e"])]
+    only = Scanner([Narrow()])
+    only.feed(buf)
+    only.close()
+    assert shared.parsers[1].seen == alone.parsers[1].seen == only.parsers[0].seen == [((), ["c"])]
