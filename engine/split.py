@@ -81,6 +81,18 @@ def _detach(files: dict[int, int]) -> None:
         os.close(new)
 
 
+def _die_with(parent: int) -> None:
+    """A worker ends when its parent does (killed, or stopped by a timeout's SIGTERM before it could reap its
+    workers): it would otherwise read the rest of a big log for nobody."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:   # the parent was gone before that took effect
+        os._exit(1)
+
+
 @dataclass
 class Worker:
     pid: int
@@ -94,7 +106,7 @@ def start(shares: list[list[int]], work: Callable[[list[int]], bytes]) -> list[W
     writes the answer to its pipe and exits without running the parent's exit handlers or flushing its buffers."""
     sys.stdout.flush()
     sys.stderr.flush()
-    files = _reading()
+    files, parent = _reading(), os.getpid()
     workers = []
     for share in shares:
         r, w = os.pipe()
@@ -104,6 +116,7 @@ def start(shares: list[list[int]], work: Callable[[list[int]], bytes]) -> list[W
             try:
                 os.close(r)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                _die_with(parent)
                 _detach(files)
                 try:
                     answer = work(share)

@@ -245,3 +245,27 @@ def test_a_reader_sees_the_same_neighbour_lines_whatever_its_share():
     only.feed(buf)
     only.close()
     assert shared.parsers[1].seen == alone.parsers[1].seen == only.parsers[0].seen == [((), ["c"])]
+
+
+def test_a_worker_ends_with_its_parent(tmp_path):
+    """A parent stopped before it reaps its workers (a timeout's SIGTERM, a kill) takes them with it."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, sys, time\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "import engine.split as split\n"
+        "workers = split.start([[0]], lambda share: time.sleep(60) or b'')\n"
+        "print(workers[0].pid, flush=True)\n"
+        "os._exit(0)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30)
+    pid = int(out.stdout)
+    for _ in range(100):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                gone = f.read().split(") ")[1].startswith("Z")   # a zombie waiting for init counts as gone
+        except FileNotFoundError:
+            gone = True
+        if gone:
+            break
+        time.sleep(0.05)
+    assert gone
