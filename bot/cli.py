@@ -292,8 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "across files, evidence as file:line")
     d.add_argument("--jobs", type=_jobs, default=0, metavar="N",
                    help="N worker processes: separate files each in its own, answers in the order given; one big "
-                        "input's readers shared out over them, same answer (default: all cores for 64 MiB or more "
-                        "in all; 1: one process)")
+                        "input's readers shared out over them, same answer (default: all cores for separate files "
+                        "of 64 MiB or more in all, or one input of 32 MiB or more; 1: one process)")
     d.set_defaults(func=cmd_diagnose)
     s = sub.add_parser("serve", help="run the Slack bot (Socket Mode if SLACK_APP_TOKEN is set, else HTTP)",
                        description="Run the Slack bot. Needs SLACK_BOT_TOKEN, and SLACK_APP_TOKEN (Socket Mode) or "

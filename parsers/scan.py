@@ -94,14 +94,20 @@ class Scanner:
                 owners.setdefault(t.encode(), set()).add(i)
         # Every reader's triggers are searched for, fed or not, so that the candidate lines (and a long line's
         # window, which centres on its first trigger) are the same in every process that reads part of the readers.
-        mine = owners if self.active is None else {t: ix & self.active for t, ix in owners.items()}
-        self.owners = _Owners(mine)
         self.backend = make_backend(list(owners), self.backend_name, self.cache)
+        self._all_owners = owners
+        self._own()
+
+    def _own(self) -> None:
+        """Which readers each trigger feeds here: all of them, or those of this process's share."""
+        owners = self._all_owners
+        self.owners = _Owners(owners if self.active is None else {t: ix & self.active for t, ix in owners.items()})
 
     def restrict(self, active: frozenset[int]) -> None:
-        """Feed only these readers from now on (the others are read in another process); stop measuring."""
+        """Feed only these readers from now on (the others are read in another process); stop measuring. The
+        triggers searched for stay the same, so the matcher is kept."""
         self.active, self.cost = active, None
-        self._index(set(self.bulk))
+        self._own()
         self._pending = [(hit, tuple(i for i in who if i in active), need) for hit, who, need in self._pending]
 
     def _decide_bulk(self, buf: bytes) -> None:
