@@ -102,6 +102,8 @@ class Scanner:
         """Which readers each trigger feeds here: all of them, or those of this process's share."""
         owners = self._all_owners
         self.owners = _Owners(owners if self.active is None else {t: ix & self.active for t, ix in owners.items()})
+        self._who: dict[tuple[bytes, ...], tuple[int, ...]] = {}   # the literals found on a line -> its readers
+        self._span: dict[tuple[int, ...], tuple[int, int]] = {}    # readers -> the context lines they ask for
 
     def restrict(self, active: frozenset[int]) -> None:
         """Feed only these readers from now on (the others are read in another process); stop measuring. The
@@ -149,7 +151,18 @@ class Scanner:
     def _claimants(self, found: list[bytes]) -> tuple[int, ...]:
         if len(found) == 1:
             return self.owners[found[0]]
-        return tuple(sorted(set().union(*(self.owners[f] for f in set(found)))))
+        key = tuple(found)   # (a log repeats its few combinations of literals on thousands of lines)
+        who = self._who.get(key)
+        if who is None:
+            who = self._who[key] = tuple(sorted(set().union(*(self.owners[f] for f in set(found)))))
+        return who
+
+    def _context(self, who: tuple[int, ...]) -> tuple[int, int]:
+        """How many lines before and after the line its most demanding reader asks for (each sees its own count)."""
+        span = self._span.get(who)
+        if span is None:
+            span = self._span[who] = (max(self.parsers[i].before for i in who), max(self.parsers[i].after for i in who))
+        return span
 
     def _dispatch(self, hit: Hit, who: tuple[int, ...]) -> None:
         cost = self.cost
@@ -169,6 +182,7 @@ class Scanner:
         self.failed[name] = f"{type(e).__name__}: {e}"[:200]
         log.warning("reader %s failed and is switched off for this input: %s", name, self.failed[name])
         self.parsers[i] = _Off(name)
+        self._span.clear()
 
     def feed(self, buf: bytes) -> None:
         start_no = self.lines
@@ -186,8 +200,7 @@ class Scanner:
             if not who:   # only readers another process feeds
                 continue
             hit = Hit(no + 1, clean(buf[ls:le], first - ls), clean=clean)
-            nb = max(self.parsers[i].before for i in who)   # each reader sees its own count (Hit.view)
-            na = max(self.parsers[i].after for i in who)
+            nb, na = self._context(who)
             if nb:
                 hit._before = self._before(buf, ls, nb)
             need = na

@@ -247,6 +247,27 @@ def test_a_reader_sees_the_same_neighbour_lines_whatever_its_share():
     assert shared.parsers[1].seen == alone.parsers[1].seen == only.parsers[0].seen == [((), ["c"])]
 
 
+def test_a_share_feeds_only_its_readers_after_lines_it_has_cached():
+    """The scanner remembers which readers a combination of literals concerns; restricting it to a share forgets
+    that, so a line read again after the fork goes to the share's readers only (the others are fed elsewhere)."""
+    from parsers.base import Reader
+    from parsers.scan import Scanner
+
+    class Rec(Reader):
+        def __init__(self, name, trigger):
+            self.name, self.triggers, self.lines = name, (trigger,), []
+
+        def feed(self, hit):
+            self.lines.append(hit.no)
+
+    sc = Scanner([Rec("a", "AAA"), Rec("b", "BBB")])
+    sc.feed(b"AAA and BBB\n")
+    sc.restrict(frozenset({1}))
+    sc.feed(b"AAA and BBB\nBBB alone\n")
+    sc.close()
+    assert (sc.parsers[0].lines, sc.parsers[1].lines) == ([1], [1, 2, 3])
+
+
 def test_a_worker_ends_with_its_parent(tmp_path):
     """A parent stopped before it reaps its workers (a timeout's SIGTERM, a kill) takes them with it."""
     script = tmp_path / "parent.py"
