@@ -138,6 +138,39 @@ def test_megatron_bulk_path_matches_line_by_line_reading(engine, monkeypatch, tm
     assert [f["symptom"] for f in bulk[1]["findings"]] == ["loss_nan", "loss_spike"]
 
 
+@pytest.mark.parametrize("cap", [4096, 3])
+def test_nccl_communicator_lines_read_chunk_wide_match_line_by_line(monkeypatch, cap):
+    """NCCL INFO set-up logs: once every rank of a chunk has its host, only the world size is taken from the chunk
+    (no per-line work); a chunk with a rank not seen before, including one whose first line names no host, or a
+    world size grown in a later communicator, gives the same ranks, hosts and size as reading line by line."""
+    import parsers.collectors.context as context
+    from parsers.collectors.context import ContextCollector
+    from parsers.scan import Scanner
+    monkeypatch.setattr(context, "RANK_HOSTS", cap)
+
+    def comm(host, rank, world):
+        prefix = f"{host}:41{rank}:42{rank} [{rank % 8}] " if host else ""
+        return f"{prefix}NCCL INFO comm 0x7f{rank:x}a0 rank {rank} nranks {world} cudaDev {rank % 8} - Init COMPLETE\n"
+    chunks = ["".join(comm(f"node-{r // 2}", r, 4) for _ in range(70) for r in range(4)),
+              "".join(comm(f"node-{r // 2}", r, 8) for r in (3, 1, 0, 2) * 3),     # known ranks, a larger world
+              comm("", 5, 8) + comm("node-2", 4, 8) + comm("node-9", 5, 8) + comm("node-2", 5, 8)]
+    states = []
+    for chunk_wide in (True, False):
+        if not chunk_wide:
+            monkeypatch.setattr(ContextCollector, "bulk_wanted", classmethod(lambda cls, sample: False))
+        sc = Scanner([ContextCollector()])
+        for c in chunks:
+            sc.feed(c.encode())
+        sc.close()
+        assert sc.bulk == ([0] if chunk_wide else [])
+        r = sc.parsers[0]
+        states.append((r.world, r.rank_hosts, r.hosts))
+    assert states[0] == states[1]
+    assert states[0][0] == 8 and states[0][1] == ({0: "node-0", 1: "node-0", 2: "node-1"} if cap == 3 else
+                                                  {0: "node-0", 1: "node-0", 2: "node-1", 3: "node-1", 4: "node-2",
+                                                   5: "node-9"})
+
+
 def test_the_mixed_512_rank_benchmark_log_is_read_right_by_both_scanners(books, tmp_path):
     """The benchmark's realistic input (issue 16): `[rankN]:` prefixes on NCCL set-up and iteration lines, an OOM
     traceback from one rank; the OOM and the loss spike are found at their lines, the step time and throughput

@@ -5,6 +5,7 @@ version_mismatch parser can tell when ranks disagree."""
 from __future__ import annotations
 
 import re
+from operator import itemgetter
 from typing import Any
 
 from core import job as J
@@ -38,6 +39,7 @@ _PARAMS = rx(r"number of parameters on \(tensor, pipeline\) model parallel rank 
              r"|(?:Number of trainable parameters|Total params|total parameters)\s*[=:]\s*([\d,]+)")
 _ENV = rx(r"\b((?:NCCL|FI|RDMAV|TORCH_NCCL|PYTORCH_CUDA)_[A-Z0-9_]+)(?:=| set by environment to )([^\s,;'\"]+)")
 _HINT = re.compile(r"(?i)(?:try|consider|recommend\w*|please)\s+(?:setting|to set|set|using|use)\s+$")
+RANK_HOSTS = 4096   # ranks whose host is remembered (the first line of each names it)
 _COMM_RANK = rx(r"\bcomm 0x[0-9a-fA-F]+ rank (\d+) nranks (\d+)")
 _NRANKS = rx(r"\bnranks (\d+)\b|\bworld[_ ]size[=: ]+(\d+)|\bWORLD_SIZE=(\d+)")
 _INSTANCE = rx(r"\b(p4de?|p5en|p5e|p5|p6-b200|p6-b300|p6e-gb200|g5|g6e?)\.\d*x?large\b|Running on (\w+)[\w.-]* platform")
@@ -63,6 +65,21 @@ class ContextCollector(Collector):
     def bulk_wanted(cls, sample: bytes) -> bool:
         return sample.count(b" nranks ") >= 200
 
+    def feed_chunk(self, buf: bytes, start_no: int) -> None:
+        """A chunk's communicator lines at C speed once every rank in it has its host: only the world size can
+        change then. A chunk with a rank not seen before is read line by line (its first line names the host)."""
+        pairs = self.bulk.findall(buf)
+        if not pairs:
+            return
+        ranks = set(map(int, set(map(itemgetter(0), pairs))))
+        if len(self.rank_hosts) < RANK_HOSTS and not ranks <= self.rank_hosts.keys():
+            for m in self.bulk.finditer(buf):
+                self.feed_bulk(0, m)
+            return
+        world = max(map(int, set(map(itemgetter(1), pairs))))
+        if world > (self.world or 0):
+            self.world = world
+
     def feed_bulk(self, no: int, m) -> None:
         buf = m.string
         self._comm(int(m.group(1)), int(m.group(2)),
@@ -73,7 +90,7 @@ class ContextCollector(Collector):
         decoded only then)."""
         if world > (self.world or 0):
             self.world = world
-        if rank not in self.rank_hosts and len(self.rank_hosts) < 4096:
+        if rank not in self.rank_hosts and len(self.rank_hosts) < RANK_HOSTS:
             h = host_of(line())
             if h:
                 self.hosts.add(h)
