@@ -275,19 +275,20 @@ def _cap(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:
 
 def _align(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:
     """Re-cut blocks so that every chunk ends with a newline (except possibly the last)."""
-    carry = b""
+    carry = b""   # the start of a line the last block cut (never holds a newline)
     for b in blocks:
-        data = carry + b if carry else b
-        cut = data.rfind(b"\n")
+        cut = b.rfind(b"\n")
         if cut < 0:
+            data = carry + b
             if len(data) > MAX_LINE_BYTES:  # a giant line: scan it in pieces, line numbers stay right
                 yield data
                 carry = b""
             else:
                 carry = data
             continue
-        yield data[: cut + 1]
-        carry = data[cut + 1:]
+        # one copy of the block at most (a memoryview slice is not copied before the concatenation)
+        yield carry + memoryview(b)[: cut + 1] if carry else b if cut + 1 == len(b) else b[: cut + 1]
+        carry = b[cut + 1:]
     if carry:
         yield carry
 
