@@ -53,15 +53,15 @@ class StepSeries:
         if len(self) < MIN_STEPS + WARMUP:
             return None
         xs = self.seconds[WARMUP:]
-        med = median(xs)
+        ordered = _ordered(xs)
+        med = _mid(ordered)
         shift = _slowdown(xs)
         # slow steps are judged against their own part of the run: after a lasting slowdown every step is slower
         parts = [(0, len(xs))] if shift is None else [(0, shift[0]), (shift[0], len(xs))]
         slow = [i + WARMUP for a, b in parts for i in _outliers(xs, a, b)]
-        ordered = sorted(xs)
         out: dict[str, Any] = {
             "source": self.source, "steps": len(xs), "warmup_left_out": WARMUP, "median_s": _r(med),
-            "p90_s": _r(ordered[int(0.9 * (len(ordered) - 1))]), "max_s": _r(ordered[-1]),
+            "p90_s": _r(float(ordered[int(0.9 * (len(ordered) - 1))])), "max_s": _r(float(ordered[-1])),
             "anomalous_steps": len(slow),
             "anomalies": [{**self._where(i), "seconds": _r(self.seconds[i]), "x_median": round(self.seconds[i] / med, 2)}
                           for i in sorted(slow, key=lambda i: -self.seconds[i])[:SHOWN]],
@@ -126,12 +126,34 @@ class Readings:
         return self.first
 
 
+def _ordered(xs):
+    """The readings sorted: a list, or for a long run numpy's sort of the array's own buffer (sorting a million
+    Python floats takes a second, several times over in a summary)."""
+    if len(xs) < BIG:
+        return sorted(xs)
+    import numpy as np
+    return np.sort(np.frombuffer(xs, dtype=np.float64))
+
+
+def _mid(ordered) -> float:
+    """The median of sorted readings, as statistics.median takes it (the mean of the middle two of an even count)."""
+    n = len(ordered)
+    i = n // 2
+    return float(ordered[i]) if n % 2 else (float(ordered[i - 1]) + float(ordered[i])) / 2
+
+
 def _outliers(xs, a: int, b: int) -> list[int]:
     part = xs[a:b]
-    med = median(part)
-    sigma = 1.4826 * median(abs(x - med) for x in part)
+    med = _mid(_ordered(part))
+    if len(part) < BIG:
+        sigma = 1.4826 * median(abs(x - med) for x in part)
+        limit = max(med + ANOMALY_K * sigma, med * ANOMALY_MIN)
+        return [a + i for i, x in enumerate(part) if x > limit]
+    import numpy as np
+    arr = np.frombuffer(part, dtype=np.float64)
+    sigma = 1.4826 * _mid(np.sort(np.abs(arr - med)))
     limit = max(med + ANOMALY_K * sigma, med * ANOMALY_MIN)
-    return [a + i for i, x in enumerate(part) if x > limit]
+    return (np.flatnonzero(arr > limit) + a).tolist()
 
 
 def _r(x: float) -> float:
