@@ -218,7 +218,7 @@ class Scanner:
                 self._pending.append((hit, tuple(i for i in who if i not in ready), need))
             else:
                 self._dispatch(hit, who)
-        self.lines = start_no + buf.count(b"\n")
+        self.lines = no + buf.count(b"\n", counted_at)   # (the rest of the chunk: one pass over it in all)
         if self.max_before:
             self._remember_tail(buf)
 

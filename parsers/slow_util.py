@@ -48,7 +48,7 @@ class UtilParser(Parser):
 
     @classmethod
     def bulk_wanted(cls, sample: bytes) -> bool:
-        return cls.bulk.search(sample) is not None
+        return b"(TFLOP/s/GPU):" in sample and cls.bulk.search(sample) is not None
 
     def __init__(self) -> None:
         super().__init__()
