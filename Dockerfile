@@ -4,8 +4,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 TRIAGE_DB=/data/triage.db
 RUN useradd --create-home --uid 10001 triage && mkdir -p /data && chown triage /data
 WORKDIR /app
 # Dependencies first, from pyproject.toml alone, so a source change does not reinstall them (layer cache). The
-# `fast` extra brings Hyperscan on x86_64 (the scanner the benchmarks measure) and pyahocorasick elsewhere (ARM,
-# Graviton: Hyperscan has no wheel there).
+# `fast` extra brings Hyperscan (the scanner the benchmarks measure; on ARM/Graviton its wheel is built on Vectorscan)
+# and pyahocorasick only on machines without such a wheel.
 COPY pyproject.toml README.md ./
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 print('\n'.join(p['dependencies'] + p['optional-dependencies']['fast']))" > /tmp/requirements.txt \

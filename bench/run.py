@@ -91,7 +91,7 @@ def _backends_and_hf(work: Path, log: Path, mb: int, literals: Path, backend: st
     against the shell pipeline that gives the same answers."""
     fast, _, _ = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
     import importlib.util
-    for other, label in (("ahocorasick", "pyahocorasick scanner (ARM's default)"), ("re", "pure-Python scanner")):
+    for other, label in (("ahocorasick", "pyahocorasick scanner (where no Hyperscan wheel exists)"), ("re", "pure-Python scanner")):
         if other != "re" and importlib.util.find_spec(other) is None:
             continue   # not installed here
         slow, _, _ = _diagnose_with("TRIAGE_SCAN_BACKEND", other, log)

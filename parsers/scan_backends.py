@@ -1,6 +1,6 @@
 """The scanner's candidate-line search: every line holding one of the readers' trigger literals, as (line start,
 line end, where the first match starts, the literals found). Three interchangeable backends: Hyperscan (x86_64),
-pyahocorasick (C, with ARM wheels) and pure Python; the same lines from each (tested)."""
+pyahocorasick (C; for machines without a Hyperscan wheel) and pure Python; the same lines from each (tested)."""
 from __future__ import annotations
 
 import os
@@ -127,7 +127,7 @@ def _group(buf: bytes, hits: list[tuple[int, int]], lits: list[bytes]):
 
 
 class _AhoCorasickBackend:
-    """pyahocorasick's automaton (C, with wheels for ARM too, where Hyperscan has none): every occurrence of every
+    """pyahocorasick's automaton (C, wheels for more machines than Hyperscan's): every occurrence of every
     literal, as Hyperscan reports them, grouped into the same lines with the same first match."""
     name = "ahocorasick"
 

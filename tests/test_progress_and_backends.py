@@ -54,7 +54,7 @@ def test_injected_failures_found_at_their_lines(big_log, engine):
     assert timeout.facts["lagging_hosts"] == ["compute-st-p5-27"]
 
 
-# every scanner backend installed here: Hyperscan (x86_64), pyahocorasick (the ARM default), pure Python
+# every scanner backend installed here: Hyperscan (Vectorscan on ARM), pyahocorasick, pure Python
 BACKENDS = tuple(b for b, mod in (("re", "re"), ("hyperscan", "hyperscan"), ("ahocorasick", "ahocorasick"))
                  if importlib.util.find_spec(mod))
 
