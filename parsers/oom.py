@@ -21,7 +21,7 @@ _TRIED = rx(r"Tried to allocate " + _SIZE)
 _OLD = rx(r"\(GPU (\d+); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE + r" free;"
           r"(?: " + _SIZE + r" (?:reserved in total by PyTorch|cached))?")
 _NEW_TOTAL = rx(r"GPU (\d+) has a total capacity of " + _SIZE + r" of which " + _SIZE + r" is free")
-_NEW_INUSE = rx(r"(?:Process \d+ has|this process has) " + _SIZE + r" memory in use")
+_SELF_INUSE = rx(r"this process has " + _SIZE + r" memory in use")
 _NEW_ALLOC = rx(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch,(?: with " + _SIZE +
                 r" allocated in private pools \([^)]*\),)? and " + _SIZE + r" is reserved by PyTorch but unallocated")
 _PHASES = (
@@ -36,21 +36,26 @@ _PHASES = (
 _PROCESS = rx(r"Process (\d+) has " + _SIZE + r" memory in use")
 
 
-def _others(text: str, f: dict[str, Any]) -> dict[str, Any]:
-    """When the message lists several processes on the GPU: the ones that are not this process (ours is the one
-    whose use best covers what PyTorch holds) and what they take — a leftover job or two ranks on one GPU."""
+def _processes(text: str, f: dict[str, Any]) -> dict[str, Any]:
+    """What this process and the others on the GPU hold, when the message says (PyTorch 2.1+, through NVML). It
+    names this process "this process" and lists the others by PID; in a container, where NVML's PIDs are not the
+    process's own, every process is listed by PID and ours is the one whose use best covers what PyTorch holds.
+    Other processes are named only when they hold a share that matters — a leftover job or two ranks on one GPU."""
     procs = [(int(m.group(1)), to_gib(m.group(2), "b" if m.group(3) == "bytes" else m.group(3)))
              for m in findall(_PROCESS, text)]
-    if len(procs) < 2:
+    m = search(_SELF_INUSE, text)
+    if m:
+        out, others = {"process_in_use_gib": _gib(m, 1)}, procs
+    elif procs:
+        held = (f.get("allocated_gib") or 0) + (f.get("reserved_unallocated_gib") or 0)
+        ours = min(procs, key=lambda p: (p[1] < held, abs(p[1] - held)))
+        out, others = {"process_in_use_gib": ours[1]}, [p for p in procs if p is not ours]
+    else:
         return {}
-    held = (f.get("allocated_gib") or 0) + (f.get("reserved_unallocated_gib") or 0)
-    ours = min(procs, key=lambda p: (p[1] < held, abs(p[1] - held)))
-    others = [p for p in procs if p is not ours]
     gib = round(sum(g for _, g in others), 2)
-    total = f.get("total_gib") or 80
-    if gib < max(2.0, 0.1 * total):
-        return {}
-    return {"other_processes_gib": gib, "other_pids": [pid for pid, _ in others]}
+    if others and gib >= max(2.0, 0.1 * (f.get("total_gib") or 80)):
+        out.update(other_processes_gib=gib, other_pids=[pid for pid, _ in others])
+    return out
 
 
 def _gib(m, i: int) -> float | None:
@@ -106,15 +111,12 @@ class OomParser(Parser):
         if m:
             f["device"] = int(m.group(1))
             f["total_gib"], f["free_gib"] = _gib(m, 2), _gib(m, 4)
-        m = search(_NEW_INUSE, text)
-        if m:
-            f["process_in_use_gib"] = _gib(m, 1)
         m = search(_NEW_ALLOC, text)
         if m:
             f["allocated_gib"], f["reserved_unallocated_gib"] = _gib(m, 1), _gib(m, 5)
             if m.group(3):
                 f["private_pools_gib"] = _gib(m, 3)
-        f.update(_others(text, f))
+        f.update(_processes(text, f))
         self.facts.update({k: v for k, v in f.items() if v is not None})
 
     def _phase(self, hit: Hit, kind: str) -> str | None:
