@@ -50,9 +50,9 @@ class FeedbackHandlers:
         if symptom not in kit.symptom_choices():
             ack(response_action="errors", errors={"symptom": "Pick the symptom it really was."})
             return
-        ack()
         if store is not None and did_s.isdigit() and store.get(int(did_s)) is not None:
             store.vote(int(did_s), body.get("user", {}).get("id", ""), "down", symptom, cause)
+        ack()   # after the vote is stored: the modal closes on an answer that is kept (a test read it back at once)
 
     def on_home(self, event: dict, client: WebClient, context) -> None:
         """Each person sees their own diagnoses and those of the channels they are in (as far as the bot can see),
