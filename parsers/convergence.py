@@ -14,7 +14,8 @@ from typing import Any
 
 from core.models import Evidence, Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
-from parsers.loss_series import Series, SpikeThresholds, hf_dict, line_of as _line
+from parsers.loss_lines import after as _after, hf_dict, hf_line, megatron_fields as _megatron_fields, num as _f
+from parsers.loss_series import Series, SpikeThresholds, line_of as _line
 from parsers.step_series import StepSeries
 
 SCALE_COLLAPSE = 16.0
@@ -60,34 +61,7 @@ class _BulkHit:
         return self._raw.decode("utf-8", "replace")
 
 
-def _after(t: str, key: str) -> str | None:
-    i = t.find(key)
-    if i < 0:
-        return None
-    j = i + len(key)
-    k = t.find("|", j)
-    return t[j:k if k >= 0 else len(t)].strip() or None
-
-
-def _megatron_fields(t: str) -> tuple[str, str, str | None, str | None] | None:
-    it = _after(t, "iteration")
-    loss = _after(t, "lm loss:") or _after(t, "lm_loss:")
-    if it is None or loss is None or "/" not in it:
-        return None
-    it = it.split("/", 1)[0].strip()
-    if not it.isdigit():
-        return None
-    return it, loss, _after(t, "grad norm:"), _after(t, "number of nan iterations:")
-
-
 _SKIP = ("validation", "eval_", "eval ", "val_loss", "val loss", "test loss", "test_loss")
-
-
-def _f(s: str) -> float:
-    s = s.lower().lstrip("+")
-    if s in ("nan", "-nan"):
-        return math.nan
-    return float(s)
 
 
 class LossParser(Parser):
@@ -170,6 +144,19 @@ class LossParser(Parser):
         if s is None:
             s = self.series[key] = Series(self.spike)
         return s
+
+    def quick(self, buf: bytes, ls: int, le: int, no: int) -> bool:
+        """A line only this reader wants, read without building a Hit (Scanner.feed): an HF Trainer dict, as feed()
+        would take it. False: read it the usual way."""
+        got = hf_line(buf, ls, le)
+        if got is None:
+            return False
+        if no > self.skip_to:
+            (v, g, itv, has_g), text = got
+            self._series("").add(v, g, itv, no, text)
+            if has_g:
+                self.gnan_run = self.gnan_zero = 0
+        return True
 
     def feed(self, hit: Hit) -> None:
         if hit.no <= self.skip_to:

@@ -113,38 +113,3 @@ class Series:
                      "gnorm": g, "gnorm_before": median(self.ghist) if self.ghist else None,
                      "evidence": [(n, line_of(x)) for n, x in (*self.recent, (no, text))],
                      "later_n": 0, "later_min": math.inf, "peak": v, "peak_iteration": it, "last": v}
-
-
-_HF_BAIL = ("nan", "inf", "overflow", "scale", "step", "iteration", "|", "{", "}")
-_NUM = r"'?(-?\d+(?:\.\d*)?(?:e[-+]?\d+)?)'?"
-# The Trainer's usual four keys with plain numbers (4.x prints them bare, 5.x quoted): one C-level match for most lines
-_HF_PLAIN = re.compile(rf"\{{'loss': {_NUM}, 'grad_norm': {_NUM}, 'learning_rate': {_NUM}, 'epoch': {_NUM}\}}\s*\Z")
-
-
-def hf_dict(t: str) -> tuple[float, float, float, bool] | None:
-    """An HF Trainer log line — {'loss': 2.1, 'grad_norm': 0.8, 'learning_rate': 2e-05, 'epoch': 0.5} — read with
-    string operations (the regexes cost most of an HF log's time): (loss, grad norm or NaN when absent, -epoch-1 as
-    the loss parser stores an epoch, whether a grad norm was printed). None for anything unusual (a NaN or Inf, a
-    step, a prefix, nested values): the loss parser's general path reads those lines."""
-    m = _HF_PLAIN.match(t)
-    if m:
-        return float(m.group(1)), float(m.group(2)), -float(m.group(4)) - 1, True
-    if not (t.startswith("{'loss': ") and t.rstrip().endswith("}")):
-        return None
-    body = t.strip()[1:-1]
-    low = body.lower()
-    if any(w in low for w in _HF_BAIL):
-        return None
-    fields = {}
-    for part in body.split(", "):
-        k, sep, v = part.partition(": ")
-        if not sep:
-            return None
-        fields[k.strip("'")] = v.strip("'")
-    try:
-        loss = float(fields["loss"])
-        g = float(fields["grad_norm"]) if "grad_norm" in fields else math.nan
-        it = -float(fields["epoch"]) - 1 if "epoch" in fields else math.nan
-    except ValueError:
-        return None
-    return loss, g, it, "grad_norm" in fields

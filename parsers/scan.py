@@ -177,6 +177,24 @@ class Scanner:
             if cost is not None:
                 cost[i] += perf_counter() - began
 
+    def _quick(self, i: int, buf: bytes, ls: int, le: int, no: int) -> bool:
+        """A line one reader alone wants, offered to that reader's `quick` (a common line read straight from the
+        chunk, without a Hit, its cleaning or its neighbour lines); False: dispatch it as usual. Not while an earlier
+        line waits for the next chunk, so that each reader still sees its lines in order."""
+        reader = self.parsers[i]
+        quick = getattr(reader, "quick", None)
+        if quick is None:
+            return False
+        began = perf_counter() if self.cost is not None else 0.0
+        try:
+            done = quick(buf, ls, le, no)
+        except Exception as e:   # one reader's bug must not cost the whole diagnosis
+            self._fail(i, e)
+            done = True
+        if self.cost is not None:
+            self.cost[i] += perf_counter() - began
+        return done
+
     def _fail(self, i: int, e: Exception) -> None:
         name = self.parsers[i].name
         self.failed[name] = f"{type(e).__name__}: {e}"[:200]
@@ -198,6 +216,8 @@ class Scanner:
             counted_at = ls
             who = self._claimants(found)
             if not who:   # only readers another process feeds
+                continue
+            if len(who) == 1 and not self._pending and self._quick(who[0], buf, ls, le, no + 1):
                 continue
             hit = Hit(no + 1, clean(buf[ls:le], first - ls), clean=clean)
             nb, na = self._context(who)

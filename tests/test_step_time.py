@@ -160,7 +160,7 @@ def test_a_huge_run_s_step_summary_is_the_one_python_floats_give(monkeypatch, ex
 def test_the_one_match_reading_of_an_hf_dict_agrees_with_the_field_by_field_one(monkeypatch):
     """The usual four keys are read with one compiled match (issue 16); anything else falls through to the field
     reading, and both give the same answer: 4.x bare numbers, 5.x quoted ones, exponents, NaN/Inf, extra keys."""
-    import parsers.loss_series as ls
+    import parsers.loss_lines as ls
     lines = ["{'loss': 2.5015, 'grad_norm': 0.7553, 'learning_rate': 2.0000e-05, 'epoch': 0.01}",
              "{'loss': '6.813', 'grad_norm': '0.6016', 'learning_rate': '0.0003', 'epoch': '0.03125'}\n",
              "{'loss': 3, 'grad_norm': 1e-05, 'learning_rate': 1.9e-05, 'epoch': 2.}  ",
@@ -172,6 +172,49 @@ def test_the_one_match_reading_of_an_hf_dict_agrees_with_the_field_by_field_one(
     assert [ls._HF_PLAIN.match(t) is not None for t in lines] == [True, True, True, False, False, False, False]
     monkeypatch.setattr(ls, "_HF_PLAIN", re.compile(r"(?!)"))
     assert quick == [ls.hf_dict(t) for t in lines] and quick[1] == (6.813, 0.6016, -1.03125, True)
+
+
+@pytest.mark.parametrize("chunk", [None, 97])   # whole, or cut into small chunks (lines waiting for the next one)
+def test_hf_dict_lines_read_straight_from_the_chunk_give_the_line_by_line_answer(engine, monkeypatch, chunk):
+    """Issue 16: a line only the loss parser wants and that is a plain HF Trainer dict (after tqdm's carriage-return
+    redraws) is read without a Hit, its cleaning or its neighbour lines. Anything else takes the usual path: a NaN
+    dict, a colour code, a blank last segment, a line over 8 KiB, a dict another reader also wants, and any line
+    while an earlier one waits for the next chunk. The diagnosis is the same either way."""
+    import core.ingest as ingest
+    from core.ingest import from_bytes
+    from parsers.convergence import LossParser
+    rnd = random.Random(4)
+    lines = []
+    for i in range(1, 161):
+        loss = 2.4 - i * 0.004 + rnd.random() * 0.02 + (3.0 if i == 120 else 0)
+        d = f"{{'loss': {loss:.4f}, 'grad_norm': {0.8 + rnd.random() * 0.1:.4f}, 'learning_rate': 2e-05, 'epoch': {i / 100:.2f}}}"
+        bar = "".join(f"\r {i}%|##| {i * 10 + k}/2000 [00:{k:02d}<10:00, 1.9s/it]" for k in range(3))
+        if i == 120:   # the spike in colour: read the usual way, so in small chunks the lines after it wait for it
+            lines.append("\x1b[31m" + d + "\x1b[0m")
+        else:
+            lines.append(bar + "\r" + d if i % 3 else d)
+        if i == 60:
+            lines.append("\x1b[32m" + d + "\x1b[0m")
+        if i == 70:
+            lines.append(d + "\r   ")
+        if i == 80:
+            lines.append("x" * 9000 + "\r" + d)
+        if i == 90:
+            lines.append(d.replace("'grad_norm': 0", "'grad_norm': nan, 'x': 0"))
+        if i == 100:
+            lines.append(d + "  # NCCL WARN NET/OFI request completed with error")
+    text = ("\n".join(lines) + "\n").encode()
+    if chunk:
+        monkeypatch.setattr(ingest, "SNIFF", chunk)
+        monkeypatch.setattr(ingest, "CHUNK", chunk)
+    taken = []
+    real = LossParser.quick
+    monkeypatch.setattr(LossParser, "quick", lambda self, *a: taken.append(a[-1]) or real(self, *a))
+    quick = engine.diagnose(from_bytes(text)).to_json_dict()
+    monkeypatch.setattr(LossParser, "quick", None)
+    plain = engine.diagnose(from_bytes(text)).to_json_dict()
+    assert quick["findings"] == plain["findings"] and quick["findings"][0]["symptom"] == "loss_spike"
+    assert len(taken) > (140 if chunk is None else 40)   # (in small chunks most lines wait for their next lines)
 
 
 def test_readings_taken_a_chunk_at_a_time_keep_what_one_at_a_time_keeps():
