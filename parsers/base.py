@@ -68,7 +68,9 @@ class Reader:
 
     A reader may also read its dominant line format chunk-wide: `bulk` is a bytes regex run over whole chunks while
     `bulk_wanted` (judged on the first MiB) holds, and then only `bulk_triggers` are read line by line. The matches
-    go to `feed_bulk` one by one, or the whole chunk to `feed_chunk` where a reader defines it."""
+    go to `feed_bulk` one by one, or the whole chunk to `feed_chunk` where a reader defines it. A line that only this
+    reader wants is first offered to `quick(buf, line start, line end, line number)`, where a reader defines it: True
+    when it took the line straight from the chunk exactly as `feed` would have, False to be fed a Hit as usual."""
     name: ClassVar[str]
     triggers: ClassVar[tuple[str, ...]]
     before: ClassVar[int] = 0
@@ -76,6 +78,7 @@ class Reader:
     bulk: ClassVar[Any] = None
     bulk_triggers: ClassVar[tuple[str, ...]] = ()
     feed_chunk: Any = None   # (buf, first line number - 1): set by a reader that takes a whole chunk in one go
+    quick: Any = None        # (buf, start, end, line number) -> bool: set by a reader with a fast path for its lines
 
     @classmethod
     def bulk_wanted(cls, sample: bytes) -> bool:

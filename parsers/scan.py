@@ -181,8 +181,7 @@ class Scanner:
         """A line one reader alone wants, offered to that reader's `quick` (a common line read straight from the
         chunk, without a Hit, its cleaning or its neighbour lines); False: dispatch it as usual. Not while an earlier
         line waits for the next chunk, so that each reader still sees its lines in order."""
-        reader = self.parsers[i]
-        quick = getattr(reader, "quick", None)
+        quick = getattr(self.parsers[i], "quick", None)   # (a reader switched off has none)
         if quick is None:
             return False
         began = perf_counter() if self.cost is not None else 0.0
