@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.timing import TRIAGE, best_of  # noqa: E402
+from bench.timing import RUNS, TRIAGE, best_of  # noqa: E402
 
 PERSON = ("CUDA out of memory", "OutOfMemoryError", "NCCL WARN", "Watchdog caught", "timed out", "Xid",
           "fallen off the bus", "NaN", "nan", "Traceback", "RuntimeError", "Error", "error", "ncclInternalError",
@@ -53,8 +53,8 @@ def run(work: Path, mb: int, target) -> None:
     for kind in KINDS:
         log = work / f"{kind}-{mb}mb.log"
         write(kind, log, mb)
-        tri, rss, _ = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
-        grep, _, _ = best_of(3, ["grep", "-c", "-F", "-f", str(literals), str(log)])
+        tri, rss, _ = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
+        grep, _, _ = best_of(RUNS, ["grep", "-c", "-F", "-f", str(literals), str(log)])
         target(f"{kind} {mb} MiB, triage / grep -F (25 literals a person types)",
                f"{tri / grep:.1f}x ({tri:.2f} s vs {grep:.2f} s), RSS {rss} MiB", "<= 3x, <= 200 MiB",
                tri <= 3 * grep and rss <= 200)

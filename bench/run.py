@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.timing import TRIAGE, best_of, timed  # noqa: E402
+from bench.timing import RUNS, TRIAGE, best_of, timed  # noqa: E402
 
 
 def gen(kind: str, path: Path, mb: int) -> dict:
@@ -81,7 +81,7 @@ def _diagnose_with(var: str, value: str, path: Path) -> tuple[float, int, bytes]
     """One `triage diagnose --json` run with an environment variable set for it (children inherit os.environ)."""
     os.environ[var] = value
     try:
-        return best_of(1, [*TRIAGE, "diagnose", "--json", str(path)])
+        return best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(path)])
     finally:
         del os.environ[var]
 
@@ -89,7 +89,7 @@ def _diagnose_with(var: str, value: str, path: Path) -> tuple[float, int, bytes]
 def _backends_and_hf(work: Path, log: Path, mb: int, literals: Path, backend: str, target) -> None:
     """The other scanner backends against the default one on a mixed log; a tqdm-heavy HF Trainer + DeepSpeed log
     against the shell pipeline that gives the same answers."""
-    fast, _, _ = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
+    fast, _, _ = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
     import importlib.util
     for other, label in (("ahocorasick", "pyahocorasick scanner (where no Hyperscan wheel exists)"), ("re", "pure-Python scanner")):
         if other != "re" and importlib.util.find_spec(other) is None:
@@ -100,9 +100,9 @@ def _backends_and_hf(work: Path, log: Path, mb: int, literals: Path, backend: st
 
     log = work / f"hf-{mb}mb.log"
     info = gen("hf", log, mb)
-    tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
-    grep, _, _ = best_of(3, ["grep", "-c", "-F", "-f", str(literals), str(log)])
-    series, _, _ = best_of(3, ["sh", "-c", f"LC_ALL=C grep -oE \"'loss': [0-9.e-]+\" '{log}' | wc -l"])
+    tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
+    grep, _, _ = best_of(RUNS, ["grep", "-c", "-F", "-f", str(literals), str(log)])
+    series, _, _ = best_of(RUNS, ["sh", "-c", f"LC_ALL=C grep -oE \"'loss': [0-9.e-]+\" '{log}' | wc -l"])
     target(f"HF Trainer + DeepSpeed log {mb} MiB (tqdm carriage-return redraws, a loss dict every 10 steps), "
            "triage / (grep -F 25 literals + grep -oE loss)", f"{tri / (grep + series):.2f}x ({tri:.2f} s vs "
            f"{grep + series:.2f} s), RSS {rss} MiB", "<= 3x, <= 200 MiB", tri <= 3 * (grep + series) and rss <= 200)
@@ -118,8 +118,8 @@ def _gzip_and_together(work: Path, log: Path, info: dict, mb: int, literals: Pat
     with open(log, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
         while block := src.read(8 << 20):
             dst.write(block)
-    tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(gz)])
-    base, _, _ = best_of(3, ["sh", "-c", f"zcat '{gz}' | grep -c -F -f '{literals}'"])
+    tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(gz)])
+    base, _, _ = best_of(RUNS, ["sh", "-c", f"zcat '{gz}' | grep -c -F -f '{literals}'"])
     target(f"mixed log {mb} MiB gzipped ({gz.stat().st_size >> 20} MiB), triage / zcat | grep -F",
            f"{tri / base:.2f}x ({tri:.2f} s vs {base:.2f} s), RSS {rss} MiB, found: {check_found(json.loads(out), info)}",
            "<= 3x", tri <= 3 * base and check_found(json.loads(out), info))
@@ -132,8 +132,8 @@ def _gzip_and_together(work: Path, log: Path, info: dict, mb: int, literals: Pat
             files[int(line[5:end]) // 32 if line.startswith(b"[rank") and end > 5 else 0].write(line)
     for f in files:
         f.close()
-    tri, rss, _ = best_of(1, [*TRIAGE, "diagnose", "--json", "--together", str(nodes)])
-    base, _, _ = best_of(3, ["sh", "-c", f"cat '{nodes}'/*.out | grep -c -F -f '{literals}'"])
+    tri, rss, _ = best_of(RUNS, [*TRIAGE, "diagnose", "--json", "--together", str(nodes)])
+    base, _, _ = best_of(RUNS, ["sh", "-c", f"cat '{nodes}'/*.out | grep -c -F -f '{literals}'"])
     target(f"the same log as 16 per-node files, triage --together / cat | grep -F", f"{tri / base:.2f}x ({tri:.2f} s "
            f"vs {base:.2f} s), RSS {rss} MiB", "<= 3x", tri <= 3 * base)
 
@@ -167,8 +167,8 @@ def main(argv=None) -> int:
     for label, mb in (("small", a.small_mb), ("big", a.nccl_mb)):
         log = work / f"nccl-{mb}mb.log"
         info = gen("nccl", log, mb)
-        tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
-        grep, _, _ = best_of(3, ["grep", "-c", "-F", "-f", str(literals), str(log)])
+        tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
+        grep, _, _ = best_of(RUNS, ["grep", "-c", "-F", "-f", str(literals), str(log)])
         results[label] = (mb, tri, grep, rss, check_found(json.loads(out), info))
         print(f"nccl {mb} MiB: triage {tri:.2f} s, grep -F {grep:.2f} s, peak RSS {rss} MiB, "
               f"found: {results[label][4]}", flush=True)
@@ -184,8 +184,8 @@ def main(argv=None) -> int:
 
     log = work / f"megatron-{a.train_mb}mb.log"
     info = gen("megatron", log, a.train_mb)
-    tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
-    grep, _, _ = best_of(3, ["grep", "-oE", "lm loss: [0-9.E+-]+", str(log)])
+    tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
+    grep, _, _ = best_of(RUNS, ["grep", "-oE", "lm loss: [0-9.E+-]+", str(log)])
     target(f"Megatron log {a.train_mb} MiB, triage / grep -oE", f"{tri / grep:.2f}x ({tri:.2f} s vs {grep:.2f} s)",
            "<= 2.0x", tri <= 2 * grep)
     target("loss spike found at its line", str(check_found(json.loads(out), info)), "True",
@@ -193,16 +193,16 @@ def main(argv=None) -> int:
 
     log = work / f"mixed-{a.mixed_mb}mb.log"
     info = gen("mixed", log, a.mixed_mb)
-    tri, rss, out = best_of(1, [*TRIAGE, "diagnose", "--json", str(log)])
-    grep, _, _ = best_of(3, ["grep", "-c", "-F", "-f", str(literals), str(log)])
+    tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
+    grep, _, _ = best_of(RUNS, ["grep", "-c", "-F", "-f", str(literals), str(log)])
     # into a pipe: GNU grep writing to /dev/null stops at the first match
-    series, _, _ = best_of(3, ["sh", "-c", f"LC_ALL=C grep -oE 'lm loss: [0-9.E+-]+' '{log}' | wc -l"])
+    series, _, _ = best_of(RUNS, ["sh", "-c", f"LC_ALL=C grep -oE 'lm loss: [0-9.E+-]+' '{log}' | wc -l"])
     target(f"mixed 512-rank log {a.mixed_mb} MiB ([rankN]: prefixes, NCCL set-up + iterations), triage / "
            "(grep -F 25 literals + grep -oE loss)", f"{tri / (grep + series):.2f}x ({tri:.2f} s vs "
            f"{grep + series:.2f} s), RSS {rss} MiB", "<= 1.0x, <= 200 MiB", tri <= grep + series and rss <= 200)
     target("mixed log: OOM and loss spike found at their lines", str(check_found(json.loads(out), info)), "True",
            check_found(json.loads(out), info))
-    one, one_rss, one_out = best_of(1, [*TRIAGE, "diagnose", "--json", "--jobs", "1", str(log)])
+    one, one_rss, one_out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", "--jobs", "1", str(log)])
     same = json.loads(one_out) == json.loads(out)
     target(f"mixed log {a.mixed_mb} MiB, readers shared over up to {os.cpu_count()} processes (the default) / one "
            f"process (--jobs 1); RSS is the largest process's", f"{tri / one:.2f}x ({tri:.2f} s vs {one:.2f} s), "
@@ -245,7 +245,8 @@ def main(argv=None) -> int:
                 if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
     md = ["# Benchmarks", "", f"Machine: {os.cpu_count()} cores ({cpu}), "
           f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') >> 30} GiB RAM, Python {platform.python_version()}, "
-          f"scanner backend: {backend}. Produced by `make bench` ({time.strftime('%Y-%m-%d')}).", "",
+          f"scanner backend: {backend}. Produced by `make bench` ({time.strftime('%Y-%m-%d')}); each time is the best "
+          f"of {RUNS} runs, triage's and its baselines' alike.", "",
           "| target | measured | goal | |", "|---|---|---|---|"]
     md += [f"| {n} | {m} | {g} | {'met' if ok else '**not met**'} |" for n, m, g, ok in rows]
     md += ["", *notes] if notes else []

@@ -10,6 +10,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TRIAGE = [sys.executable, "-m", "bot.cli"]
+# Timings are the best of several runs, triage's as its baselines' (this VM's speed varies by up to 30% between runs):
+# a single triage run against the best of three greps made ratios move by a third between two `make bench` runs.
+RUNS = 2
 
 
 def timed(cmd: list[str], stdin: bytes | None = None) -> tuple[float, int, bytes]:
