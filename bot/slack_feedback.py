@@ -52,7 +52,7 @@ class FeedbackHandlers:
             return
         if store is not None and did_s.isdigit() and store.get(int(did_s)) is not None:
             store.vote(int(did_s), body.get("user", {}).get("id", ""), "down", symptom, cause)
-        ack()   # after the vote is stored: the modal closes on an answer that is kept (a test read it back at once)
+        ack()   # after the vote is stored: the modal closes only on an answer that is kept
 
     def on_home(self, event: dict, client: WebClient, context) -> None:
         """Each person sees their own diagnoses and those of the channels they are in (as far as the bot can see),

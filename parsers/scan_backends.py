@@ -1,6 +1,6 @@
 """The scanner's candidate-line search: every line holding one of the readers' trigger literals, as (line start,
-line end, where the first match starts, the literals found). Three interchangeable backends: Hyperscan (x86_64),
-pyahocorasick (C; for machines without a Hyperscan wheel) and pure Python; the same lines from each (tested)."""
+line end, where the first match starts, the literals found). Three interchangeable backends: Hyperscan (Vectorscan on
+ARM), pyahocorasick (C; for machines without a Hyperscan wheel) and pure Python; the same lines from each (tested)."""
 from __future__ import annotations
 
 import os
