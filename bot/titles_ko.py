@@ -112,7 +112,8 @@ def _xid(f: Finding, x: dict) -> str:
     if not x.get("xids") and "init_failed" in x.get("conditions", []):
         return f"드라이버가 GPU를 초기화하지 못함 (RmInitAdapter 실패); {_ACTIONS['drain']}"
     ids = ", ".join(str(e.get("xid")) for e in x.get("xids", []) if isinstance(e, dict)) or "?"
-    hosts = f" ({', '.join(x['hosts'][:3])})" if x.get("hosts") else ""
+    where = x.get("hosts") or x.get("action_pci")
+    hosts = f" ({', '.join(where[:3])})" if where else ""
     return f"GPU Xid {ids}{hosts}; {_ACTIONS.get(x.get('action'), '하드웨어 점검이 필요합니다')}"
 
 

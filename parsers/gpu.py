@@ -121,6 +121,7 @@ class XidParser(Parser):
                 rec["detail"] = m.group(5).strip()[:160]
             if m.group(1) not in ("PCI:...", "PCI:"):
                 self.pci.add(m.group(1))
+                rec.setdefault("pci", set()).add(m.group(1))
             h = search(_HOST, t)
             if h:
                 self.hosts.add(h.group(1))
@@ -164,7 +165,8 @@ class XidParser(Parser):
             table = []
             for x, rec in sorted(self.xids.items()):
                 meaning, action = XID_TABLE.get(x, ("unlisted Xid; check NVIDIA's Xid catalogue", "reset"))
-                table.append({**rec, "meaning": meaning, "action": action})
+                table.append({**rec, "meaning": meaning, "action": action}
+                             | ({"pci": sorted(rec["pci"])} if "pci" in rec else {}))
                 actions.append(action)
             f["xids"] = table
         flag_action = {"gpu_missing": "drain", "row_remap_failure": "drain", "ecc_uncorrectable": "drain", "gpu_lost": "drain", "init_failed": "drain",
@@ -184,6 +186,10 @@ class XidParser(Parser):
             if others:
                 title += f" (also Xid {', '.join(others)})"
             rule = f"gpu_xid.xid{worst['xid']}"
+            # the GPUs behind the action (to reset, or the reason to drain), when other Xids hit other GPUs
+            acting = sorted({p for r in f["xids"] if r["action"] == f["action"] for p in r.get("pci", ())})
+            if acting:
+                f["action_pci"] = acting
         elif "gpu_lost" in self.flags:
             title, rule = "A GPU fell off the bus / is lost to the driver", "gpu_xid.gpu_lost"
         elif "gpu_missing" in self.flags:
@@ -198,7 +204,7 @@ class XidParser(Parser):
         else:
             title, rule = "A GPU has memory repairs pending (row remap / page retirement) until it is reset", \
                 "gpu_xid.remap_pending"
-        where = self.hosts or self.pci
+        where = self.hosts or f.get("action_pci") or self.pci
         if where:
             title += f" on {', '.join(sorted(where)[:3])}"
         title += {"drain": "; drain the node", "reset": "; reset the GPU", "app": "; usually the application"}[f["action"]]
