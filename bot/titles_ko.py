@@ -35,6 +35,7 @@ _NCCL_RULES = {
 _VERSION_RULES = {"driver_too_old": "NVIDIA 드라이버가 사용 중인 CUDA 런타임보다 오래됨",
                   "forward_compat": "지원되지 않는 환경에서 CUDA forward-compatibility 라이브러리가 로드됨",
                   "nccl_abi": "NCCL 라이브러리 ABI 불일치 (undefined symbol)",
+                  "ofi_libfabric": "aws-ofi-nccl이 실행 시 로드된 것보다 새 Libfabric으로 빌드됨",
                   "ranks_disagree": "rank마다 버전이 다름"}
 
 

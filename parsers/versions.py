@@ -18,6 +18,10 @@ _RULES = (
                            r"|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"), "The CUDA user-space and kernel drivers disagree"),
     ("nccl_abi", rx(r"undefined(?: |%20)symbol:(?: |%20)(nccl\w+)|version `(NCCL_[\d.]+)' not found"),
      "The NCCL library loaded at run time is older than the one the program was built against"),
+    # aws-ofi-nccl ignores an option Libfabric declines (EOPNOTSUPP), but one it has never heard of (ENOPROTOOPT, -92)
+    # means the Libfabric loaded at run time predates the one the plugin was compiled against
+    ("ofi_libfabric", rx(r"Couldn't set (FI_OPT_\w+)\. RC: -92\b"),
+     "aws-ofi-nccl was built against a newer Libfabric than the one loaded at run time"),
     ("cuda_build", rx(r"detected CUDA version \(([\d.]+)\) mismatches the version that was used to compile PyTorch "
                       r"\(([\d.]+)\)"), "The CUDA toolkit differs from the one PyTorch was built with"),
 )
@@ -28,7 +32,8 @@ class VersionParser(Parser):
     triggers = ("insufficient for CUDA runtime", "driver on your system is too old", "forward compatibility was attempted",
                 "Error 804", "Error 803", "not supported in the installed CUDA driver", "undefined symbol: nccl", "symbol:%20nccl",
                 "version `NCCL", "mismatches the version that was used to compile", "Driver/library version mismatch",
-                "unsupported display driver", "cudaErrorInsufficientDriver", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH")
+                "unsupported display driver", "cudaErrorInsufficientDriver", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+                "Couldn't set FI_OPT_")
     after = 1  # the CUDA build check's message wraps after "compile"; read it with the next line
 
     def __init__(self) -> None:
@@ -49,6 +54,8 @@ class VersionParser(Parser):
                 self.facts.setdefault("driver_supports_cuda", f"{n // 1000}.{(n % 1000) // 10}")
             elif rule == "nccl_abi":
                 self.facts.setdefault("missing", m.group(1) or m.group(2))
+            elif rule == "ofi_libfabric":
+                self.facts.setdefault("option", m.group(1))
             elif rule == "cuda_build":
                 self.facts.setdefault("cuda_detected", m.group(1))
                 self.facts.setdefault("cuda_torch_built", m.group(2))
@@ -61,11 +68,13 @@ class VersionParser(Parser):
             rule = min(self.hits, key=order.index)
             title = dict((r, t) for r, _, t in _RULES)[rule]
             f = dict(self.facts)
-            for k in ("driver", "driver_cuda", "cuda", "nccl", "torch"):
+            for k in ("driver", "driver_cuda", "cuda", "nccl", "torch", "libfabric", "aws_ofi_nccl"):
                 if ctx.versions.get(k):
                     f.setdefault(k, ctx.versions[k])
             if f.get("driver_supports_cuda"):
                 title += f" (driver supports CUDA {f['driver_supports_cuda']})"
+            elif f.get("option"):
+                title += f" (it does not know {f['option']})"
             out.append(Finding(symptom="version_mismatch", rule=f"version_mismatch.{rule}", title=title,
                                severity="critical", confidence=0.9, evidence=self.ev.items, facts=f,
                                first_line=self.ev.first()))

@@ -27,3 +27,27 @@ def test_an_xid_names_the_gpus_its_action_concerns(run, lines, acting, named, un
     assert f.symptom == "gpu_xid" and f.facts["action_pci"] == acting
     assert all(p in f.title for p in named) and not any(p in f.title for p in unnamed)
     assert all("pci" in x for x in f.facts["xids"])
+
+
+PLUGIN = ("compute-dy-p4d-1:21877:21929 [0] NCCL INFO NET/OFI Using aws-ofi-nccl 1.7.1-aws\n"
+          "compute-dy-p4d-1:21877:21929 [0] configure_sendrecv_inorder:213 NCCL WARN NET/OFI Couldn't set {msg}\n"
+          "Test NCCL failure common.cu:958 'unhandled system error (run with NCCL_DEBUG=INFO for details) / '\n")
+
+
+@pytest.mark.parametrize("msg,mismatch", [
+    # Libfabric has never heard of the option (ENOPROTOOPT): older than the one the plugin was compiled against
+    ("FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES. RC: -92, ERROR: Protocol not available", True),
+    ("FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES. RC: -92, ERROR: Protocol not available", True),
+    # near-misses: the option is known but refused for this endpoint, or another errno
+    ("FI_OPT_EFA_USE_DEVICE_RDMA. RC: -22, ERROR: Invalid argument", False),
+    ("FI_OPT_EFA_RNR_RETRY. RC: -920, ERROR: Unknown error", False),
+])
+def test_a_plugin_newer_than_the_libfabric_it_loads_is_a_version_mismatch(run, msg, mismatch):
+    d = run(PLUGIN.format(msg=msg))
+    root = d.findings[0]
+    if mismatch:
+        assert root.rule == "version_mismatch.ofi_libfabric" and root.facts["option"] == msg.split(".")[0]
+        assert root.facts["aws_ofi_nccl"] == "1.7.1" and root.steps[0].id == "version.libfabric"
+        assert [f.symptom for f in d.findings] == ["version_mismatch", "nccl_error"]
+    else:
+        assert all(f.symptom != "version_mismatch" for f in d.findings) and root.symptom == "nccl_error"
