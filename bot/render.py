@@ -65,7 +65,8 @@ def _readable(v, limit: int = 100) -> str:
 
 
 def _facts(f: Finding) -> str:
-    return " | ".join(f"{k}={_readable(v)}" for k, v in f.facts.items())
+    """The facts in one line; an empty one (no lagging rank found) is left out of the text (the JSON keeps it)."""
+    return " | ".join(f"{k}={_readable(v)}" for k, v in f.facts.items() if v not in (None, "", [], {}))
 
 
 def _step_lines(i: int, owner: str, text: str, changes: list[Change], cite: list[str], lang: str) -> list[str]:
@@ -85,8 +86,8 @@ def finding_text(f: Finding, index: int, lang: str = "en", phrased: dict[str, st
     if f.evidence:
         out.append(f"  {t(lang, 'evidence')}:")
         out += [f"    {e.where}: {e.text[:240]}" for e in f.evidence]
-    if f.facts:
-        out.append(f"  {t(lang, 'facts')}: {_facts(f)}")
+    if facts := _facts(f):
+        out.append(f"  {t(lang, 'facts')}: {facts}")
     if f.steps and show_steps:
         out.append(f"  {t(lang, 'steps')}:")
         for i, s in enumerate(f.steps, 1):

@@ -51,3 +51,17 @@ def test_a_plugin_newer_than_the_libfabric_it_loads_is_a_version_mismatch(run, m
         assert [f.symptom for f in d.findings] == ["version_mismatch", "nccl_error"]
     else:
         assert all(f.symptom != "version_mismatch" for f in d.findings) and root.symptom == "nccl_error"
+
+
+def test_a_fact_with_nothing_in_it_is_left_out_of_the_text_but_kept_in_the_json(run):
+    """A watchdog timeout where every rank in the log reports (NCCL RAS said all was well): no lagging rank is known.
+    The text used to print "lagging_ranks= |"; the JSON contract still carries the empty list."""
+    from bot.render import diagnosis_text
+    line = ("[rank{r}]:[E1128 03:12:44.417002913 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=1184410, OpType=ALLREDUCE, NumelIn=4326080, NumelOut=4326080, "
+            "Timeout(ms)=1800000) ran for 1800052 milliseconds before timing out.")
+    d = run("\n".join(line.format(r=r) for r in (77, 12)) + "\n")
+    f = d.findings[0]
+    assert f.symptom == "nccl_timeout" and f.facts["lagging_ranks"] == []
+    text = diagnosis_text(d)
+    assert "lagging_ranks" not in text and "reporting_ranks=12, 77" in text
