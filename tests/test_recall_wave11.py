@@ -23,9 +23,11 @@ NVL = "NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 0x00000000 0x00000000 0x0
     ([_xid("0000:00:0a", 43, APP), _xid("0000:00:0a", 94, ECC)], ["PCI:0000:00:0a"], ["PCI:0000:00:0a"], []),
 ])
 def test_an_xid_names_the_gpus_its_action_concerns(run, lines, acting, named, unnamed):
+    from bot.titles_ko import title
     f = run("\n".join(lines) + "\n").findings[0]
     assert f.symptom == "gpu_xid" and f.facts["action_pci"] == acting
-    assert all(p in f.title for p in named) and not any(p in f.title for p in unnamed)
+    for text in (f.title, title(f)):   # English and Korean
+        assert all(p in text for p in named) and not any(p in text for p in unnamed)
     assert all("pci" in x for x in f.facts["xids"])
 
 
