@@ -127,7 +127,8 @@ _BUILDERS: dict[str, Callable[[Finding, dict], str]] = {
     "efa_mr_registration": lambda f, x: f"EFA가 {x.get('mem_type', '')} 메모리를 RDMA용으로 등록하지 못함"
     + (f" (장치 {x['device']}" if "device" in x else " (") + (f", RC {x['rc']}" if "rc" in x else "") + ")",
     "efa_provider_missing": lambda f, x: "libfabric에 쓸 수 있는 EFA provider가 없어 aws-ofi-nccl이 EFA를 쓰지 못함",
-    "fork_enomem": lambda f, x: "fork()가 메모리를 할당하지 못함 (DataLoader 워커 시작 실패)",
+    "fork_enomem": lambda f, x: ("libfabric EFA provider가 fork() 때문에 작업을 중단함 (데이터 로더 워커)"
+                                 if f.rule.endswith("efa_fork_abort") else "fork()가 메모리를 할당하지 못함 (DataLoader 워커 시작 실패)"),
     "nvlink_inactive": lambda f, x: f"NVLink 링크 {x.get('down_count', '')}개가 비활성" if x.get("down_count")
     else "NVLink 진단(dcgmi diag) 실패" if x.get("dcgm_diag_failed") else "NVLink 패브릭이 올라오지 않음 (fabric manager / NVLS)",
     "version_mismatch": lambda f, x: _VERSION_RULES.get(f.rule.split(".")[-1], "버전 불일치"),

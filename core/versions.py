@@ -55,6 +55,8 @@ RULES: tuple[VersionRule, ...] = (
                 "libfabric {libfabric} and aws-ofi-nccl {aws_ofi_nccl} enable device RDMA themselves", warn=False),
     VersionRule("fork_safe_unneeded", (("kernel", "ge", "5.15"),),
                 "kernel {kernel} does not need FI_EFA_FORK_SAFE", warn=False),
+    VersionRule("fork_safe_needed", (("kernel", "lt", "5.15"),),
+                "kernel {kernel} needs FI_EFA_FORK_SAFE=1 in a job that forks after EFA is up", warn=False),
     VersionRule("tuner_plugin_builtin", (("aws_ofi_nccl", "ge", "1.16.3"),),
                 "aws-ofi-nccl {aws_ofi_nccl} loads its tuner without NCCL_TUNER_PLUGIN", warn=False),
 )

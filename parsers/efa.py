@@ -318,7 +318,8 @@ _FORK = rx(r"os\.fork\(\)|\bfork\(\)|_launch|popen_fork|DataLoader worker|multip
 
 class ForkParser(Parser):
     name = "fork_enomem"
-    triggers = ("[Errno 12]", "os.fork()", "popen_fork")
+    # libfabric's EFA provider aborts a process that forks while its memory is registered without fork support
+    triggers = ("[Errno 12]", "os.fork()", "popen_fork", "the libfabric EFA provider is operating")
     before = 6
     after = 2
 
@@ -326,9 +327,16 @@ class ForkParser(Parser):
         super().__init__()
         self.count = 0
         self.fork_seen = False
+        self.aborts, self.abort_count = EvidenceBox(), 0
 
     def feed(self, hit: Hit) -> None:
-        if search(_ENOMEM, hit.text):
+        if "libfabric EFA provider is operating" in hit.text:
+            self.abort_count += 1
+            fork = next((i for i, b in enumerate(reversed(hit.before)) if "fork()" in b), None)
+            if fork is not None:   # the notice's line that names fork(), a line or two above
+                self.aborts.add(hit.no - 1 - fork, hit.before[-1 - fork])
+            self.aborts.add(hit.no, hit.text)
+        elif search(_ENOMEM, hit.text):
             self.count += 1
             self.ev.add(hit.no, hit.text)
             if any(search(_FORK, x) for x in (*hit.before, *hit.after)):
@@ -337,6 +345,12 @@ class ForkParser(Parser):
             self.fork_seen = True
 
     def finish(self, ctx: Context) -> list[Finding]:
+        if self.abort_count and not self.count:
+            return [Finding(symptom="fork_enomem", rule="fork_enomem.efa_fork_abort", severity="critical",
+                            confidence=0.9, title="libfabric's EFA provider aborted the job: a process called fork() "
+                            "(data-loader workers, a subprocess) while EFA memory was registered",
+                            evidence=self.aborts.items, facts={"count": self.abort_count},
+                            first_line=self.aborts.first())]
         if not self.count:
             return []
         title = (f"os.fork() failed with ENOMEM ({self.count}x): worker processes (DataLoader) could not start"

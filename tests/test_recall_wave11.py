@@ -67,3 +67,34 @@ def test_a_fact_with_nothing_in_it_is_left_out_of_the_text_but_kept_in_the_json(
     assert f.symptom == "nccl_timeout" and f.facts["lagging_ranks"] == []
     text = diagnosis_text(d)
     assert "lagging_ranks" not in text and "reporting_ranks=12, 77" in text
+
+
+EFA_FORK = ("A process has executed an operation involving a call\nto the fork() system call to create a child process.\n\n"
+            "As a result, the libfabric EFA provider is operating in\na condition that could result in memory corruption "
+            "or\nother system errors.\n\nFor the libfabric EFA provider to work safely when fork()\nis called, you will "
+            "need to set the following environment\nvariable:\n          RDMAV_FORK_SAFE\n\nYour job will now abort.\n")
+OMPI_FORK = ("--------------------------------------------------------------------------\nA process has executed an "
+             "operation involving a call to the\n\"fork()\" system call to create a child process.  Open MPI is "
+             "currently\noperating in a condition that could result in memory corruption or\nother system errors; your "
+             "job may hang, crash, or produce silent\ndata corruption.  The use of fork() (or system() or other calls "
+             "that\ncreate child processes) is strongly discouraged.\n")
+
+
+@pytest.mark.parametrize("kernel,fork_safe", [(None, False), ("5.10.228-219.884.amzn2.x86_64", True),
+                                              ("6.1.115-126.197.amzn2023.x86_64", False)])
+def test_libfabric_aborting_a_fork_is_a_fork_failure_with_its_own_steps(run, kernel, fork_safe):
+    """The EFA provider's abort notice: fork later or with forkserver/spawn; FI_EFA_FORK_SAFE=1 only on a kernel the
+    log shows older than 5.15 (the seed's condition), never the RDMAV_FORK_SAFE the notice names; not the huge-page
+    step, which is for fork() failing with ENOMEM."""
+    head = f"Linux version {kernel} (mockbuild@builder) #1 SMP\n" if kernel else ""
+    f = run(head + EFA_FORK).findings[0]
+    ids = [s.id for s in f.steps]
+    assert f.rule == "fork_enomem.efa_fork_abort" and f.facts["count"] == 1 and ids[0] == "fork_enomem.fork_after_efa"
+    assert ("fork_enomem.fork_safe_old_kernel" in ids) == fork_safe and "fork_enomem.huge_pages" not in ids
+    envs = {c.name: c.to for s in f.steps for c in s.changes if c.kind == "env"}
+    assert envs.get("FI_EFA_FORK_SAFE") == (1 if fork_safe else None) and "RDMAV_FORK_SAFE" not in envs
+
+
+def test_open_mpi_warning_about_a_fork_is_not_an_efa_abort(run):
+    """Near-miss: Open MPI's own fork notice warns and goes on; it is not libfabric's EFA provider aborting."""
+    assert run(OMPI_FORK).findings == []
