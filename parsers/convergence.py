@@ -152,11 +152,15 @@ class LossParser(Parser):
         if got is None:
             return False
         if no > self.skip_to:
-            (v, g, itv, has_g), text = got
-            self._series("").add(v, g, itv, no, text)
-            if has_g:
-                self.gnan_run = self.gnan_zero = 0
+            self._hf_point(got[0], no, got[1])
         return True
+
+    def _hf_point(self, hf: tuple[float, float, float, bool], no: int, text: str) -> None:
+        """An HF Trainer dict's point (hf_dict's reading), from feed() or quick()."""
+        v, g, itv, has_g = hf
+        self._series("").add(v, g, itv, no, text)
+        if has_g:
+            self.gnan_run = self.gnan_zero = 0   # the grad norm is finite here
 
     def feed(self, hit: Hit) -> None:
         if hit.no <= self.skip_to:
@@ -164,10 +168,7 @@ class LossParser(Parser):
         t = hit.text
         hf = hf_dict(t) if t[:1] == "{" else None
         if hf is not None:   # an HF Trainer dict: as the general path reads it, without its regexes
-            v, g, itv, has_g = hf
-            self._series("").add(v, g, itv, hit.no, hit.text.strip()[:500])
-            if has_g:
-                self.gnan_run = self.gnan_zero = 0   # the grad norm is finite here
+            self._hf_point(hf, hit.no, hit.text.strip()[:500])
             return
         if "iteration" in t and "|" in t and not t.rstrip().endswith("|"):
             for i, nxt in enumerate(hit.after):
