@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.timing import RUNS, TRIAGE, best_of, timed  # noqa: E402
+from bench.timing import HF_LOSS, MEGATRON_LOSS, RUNS, TRIAGE, best_of, errors_and_loss, timed  # noqa: E402
 
 
 def gen(kind: str, path: Path, mb: int) -> dict:
@@ -101,26 +101,27 @@ def _backends_and_hf(work: Path, log: Path, mb: int, literals: Path, backend: st
     log = work / f"hf-{mb}mb.log"
     info = gen("hf", log, mb)
     tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
-    grep, _, _ = best_of(RUNS, ["grep", "-c", "-F", "-f", str(literals), str(log)])
-    series, _, _ = best_of(RUNS, ["sh", "-c", f"LC_ALL=C grep -oE \"'loss': [0-9.e-]+\" '{log}' | wc -l"])
+    base = errors_and_loss(literals, f"'{log}'", HF_LOSS)
     target(f"HF Trainer + DeepSpeed log {mb} MiB (tqdm carriage-return redraws, a loss dict every 10 steps), "
-           "triage / (grep -F 25 literals + grep -oE loss)", f"{tri / (grep + series):.2f}x ({tri:.2f} s vs "
-           f"{grep + series:.2f} s), RSS {rss} MiB", "<= 3x, <= 200 MiB", tri <= 3 * (grep + series) and rss <= 200)
+           "triage / (grep -F 25 literals + grep -oE loss)", f"{tri / base:.2f}x ({tri:.2f} s vs "
+           f"{base:.2f} s), RSS {rss} MiB", "<= 3x, <= 200 MiB", tri <= 3 * base and rss <= 200)
     target("HF log: loss spike found at its line", str(check_found(json.loads(out), info)), "True",
            check_found(json.loads(out), info))
 
 
 def _gzip_and_together(work: Path, log: Path, info: dict, mb: int, literals: Path, target) -> None:
-    """The mixed log gzipped, against `zcat | grep -F`; and split into 16 per-node files (by rank, as Slurm's
-    per-node output leaves them) read with --together, against `cat | grep -F` over the same files."""
+    """The mixed log gzipped, and split into 16 per-node files (by rank, as Slurm's per-node output leaves them) read
+    with --together, each against the shell pipeline that gives the same answers (errors and loss series) through
+    `zcat` or `cat`."""
     import gzip
     gz = log.with_name(log.name + ".gz")
     with open(log, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
         while block := src.read(8 << 20):
             dst.write(block)
     tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(gz)])
-    base, _, _ = best_of(RUNS, ["sh", "-c", f"zcat '{gz}' | grep -c -F -f '{literals}'"])
-    target(f"mixed log {mb} MiB gzipped ({gz.stat().st_size >> 20} MiB), triage / zcat | grep -F",
+    base = errors_and_loss(literals, f"'{gz}'", MEGATRON_LOSS, reader="zcat")
+    target(f"mixed log {mb} MiB gzipped ({gz.stat().st_size >> 20} MiB), triage / (zcat | grep -F 25 literals + "
+           "zcat | grep -oE loss)",
            f"{tri / base:.2f}x ({tri:.2f} s vs {base:.2f} s), RSS {rss} MiB, found: {check_found(json.loads(out), info)}",
            "<= 3x", tri <= 3 * base and check_found(json.loads(out), info))
     nodes = work / "nodes"
@@ -133,8 +134,9 @@ def _gzip_and_together(work: Path, log: Path, info: dict, mb: int, literals: Pat
     for f in files:
         f.close()
     tri, rss, _ = best_of(RUNS, [*TRIAGE, "diagnose", "--json", "--together", str(nodes)])
-    base, _, _ = best_of(RUNS, ["sh", "-c", f"cat '{nodes}'/*.out | grep -c -F -f '{literals}'"])
-    target(f"the same log as 16 per-node files, triage --together / cat | grep -F", f"{tri / base:.2f}x ({tri:.2f} s "
+    base = errors_and_loss(literals, f"'{nodes}'/*.out", MEGATRON_LOSS, reader="cat")
+    target("the same log as 16 per-node files, triage --together / (cat | grep -F 25 literals + cat | grep -oE loss)",
+           f"{tri / base:.2f}x ({tri:.2f} s "
            f"vs {base:.2f} s), RSS {rss} MiB", "<= 3x", tri <= 3 * base)
 
 
@@ -185,7 +187,7 @@ def main(argv=None) -> int:
     log = work / f"megatron-{a.train_mb}mb.log"
     info = gen("megatron", log, a.train_mb)
     tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
-    grep, _, _ = best_of(RUNS, ["grep", "-oE", "lm loss: [0-9.E+-]+", str(log)])
+    grep, _, _ = best_of(RUNS, ["grep", "-oE", MEGATRON_LOSS, str(log)])
     target(f"Megatron log {a.train_mb} MiB, triage / grep -oE", f"{tri / grep:.2f}x ({tri:.2f} s vs {grep:.2f} s)",
            "<= 2.0x", tri <= 2 * grep)
     target("loss spike found at its line", str(check_found(json.loads(out), info)), "True",
@@ -194,12 +196,10 @@ def main(argv=None) -> int:
     log = work / f"mixed-{a.mixed_mb}mb.log"
     info = gen("mixed", log, a.mixed_mb)
     tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
-    grep, _, _ = best_of(RUNS, ["grep", "-c", "-F", "-f", str(literals), str(log)])
-    # into a pipe: GNU grep writing to /dev/null stops at the first match
-    series, _, _ = best_of(RUNS, ["sh", "-c", f"LC_ALL=C grep -oE 'lm loss: [0-9.E+-]+' '{log}' | wc -l"])
+    base = errors_and_loss(literals, f"'{log}'", MEGATRON_LOSS)
     target(f"mixed 512-rank log {a.mixed_mb} MiB ([rankN]: prefixes, NCCL set-up + iterations), triage / "
-           "(grep -F 25 literals + grep -oE loss)", f"{tri / (grep + series):.2f}x ({tri:.2f} s vs "
-           f"{grep + series:.2f} s), RSS {rss} MiB", "<= 1.0x, <= 200 MiB", tri <= grep + series and rss <= 200)
+           "(grep -F 25 literals + grep -oE loss)", f"{tri / base:.2f}x ({tri:.2f} s vs "
+           f"{base:.2f} s), RSS {rss} MiB", "<= 1.0x, <= 200 MiB", tri <= base and rss <= 200)
     target("mixed log: OOM and loss spike found at their lines", str(check_found(json.loads(out), info)), "True",
            check_found(json.loads(out), info))
     one, one_rss, one_out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", "--jobs", "1", str(log)])

@@ -35,3 +35,19 @@ def timed(cmd: list[str], stdin: bytes | None = None) -> tuple[float, int, bytes
 def best_of(n: int, cmd: list[str], stdin: bytes | None = None) -> tuple[float, int, bytes]:
     runs = [timed(cmd, stdin) for _ in range(n)]
     return min(r[0] for r in runs), max(r[1] for r in runs), runs[-1][2]
+
+
+MEGATRON_LOSS = "lm loss: [0-9.E+-]+"
+HF_LOSS = "'loss': [0-9.e-]+"
+
+
+def errors_and_loss(literals: Path, files: str, loss: str, reader: str = "") -> float:
+    """The shell pipeline that gives the answers triage gives, in seconds (each half the best of RUNS): `grep -F`
+    with the literals a person types, for the errors, plus `LC_ALL=C grep -oE` for the loss series. `files`: quoted
+    shell words; `reader`: a command the files go through first (`zcat`, `cat`). The series goes into a pipe: GNU grep
+    writing to /dev/null stops at its first match."""
+    feed = f"{reader} {files} | " if reader else ""
+    src = "" if reader else f" {files}"
+    grep, _, _ = best_of(RUNS, ["sh", "-c", f"{feed}grep -c -F -f '{literals}'{src}"])
+    series, _, _ = best_of(RUNS, ["sh", "-c", f"{feed}LC_ALL=C grep -oE \"{loss}\"{src} | wc -l"])
+    return grep + series
