@@ -14,7 +14,8 @@ from typing import Any
 
 from core.models import Evidence, Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
-from parsers.loss_lines import after as _after, hf_dict, hf_line, megatron_fields as _megatron_fields, num as _f
+from parsers.loss_bulk import read_chunk
+from parsers.loss_lines import ELAPSED, after as _after, hf_dict, hf_line, megatron_fields as _megatron_fields, num as _f
 from parsers.loss_series import Series, SpikeThresholds, line_of as _line
 from parsers.step_series import StepSeries
 
@@ -39,8 +40,7 @@ _SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to)\s*([\d.]+)")
 _SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum")
 # Megatron-LM / Megatron-DeepSpeed / GPT-NeoX iteration lines are read with plain string search (the common case
 # in big logs, so no regex): "iteration N/ M | ... | lm loss: X | ... | grad norm: G | ... nan iterations: K |".
-_ELAPSED = "elapsed time per iteration (ms):"
-_ELAPSED_B = _ELAPSED.encode()
+_ELAPSED_B = ELAPSED.encode()
 _ELAPSED_N = len(_ELAPSED_B)
 
 
@@ -81,7 +81,11 @@ class LossParser(Parser):
         found = sum(1 for m in cls.bulk.finditer(sample) if b"lm loss:" in m.group(2) or b"lm_loss:" in m.group(2))
         return found * 10 >= 3 * (sample.count(b"\n") + 1)
 
+    def feed_chunk(self, buf: bytes, start_no: int) -> None:
+        read_chunk(self, buf, start_no)   # ordinary lines in batches, any other one through feed_bulk
+
     def feed_bulk(self, no: int, m) -> None:
+        """One iteration line, every case (read_chunk sends here those it does not batch)."""
         it_b, rest = m.group(1, 2)
         k = rest.find(b"lm loss:")
         if k < 0 or it_b == self.bulk_it:   # (GPT-NeoX spells it lm_loss)
@@ -243,7 +247,7 @@ class LossParser(Parser):
         elif gnorm and not math.isfinite(g):   # a line without a grad norm (--clip-grad 0) is not a NaN one
             self.grad_nan += 1
         s.add(v, g, float(it), hit.no, hit.text.strip()[:500])
-        ms = _after(t or hit.text, _ELAPSED)
+        ms = _after(t or hit.text, ELAPSED)
         if ms is not None:
             self._elapsed(int(it), ms, hit.no)
 

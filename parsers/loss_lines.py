@@ -8,6 +8,9 @@ import re
 
 from parsers.scan import MAX_TEXT
 
+ELAPSED = "elapsed time per iteration (ms):"   # a Megatron iteration line's step time
+
+
 
 def after(t: str, key: str) -> str | None:
     i = t.find(key)

@@ -26,6 +26,17 @@ class SpikeThresholds:
             raise ValueError("min_history cannot be larger than window")
 
 
+ADD_RUN = 512   # the most points Series.add_many takes at once
+MIN_RUN = 16    # the fewest; below, points go one by one for a while (a noisy curve)
+
+
+def _calm(hist, run: list[float], rel1: float) -> bool:
+    """Whether add() has nothing to decide for any point of `run` (following the full window `hist`): all finite
+    (a sum that is), none above the lowest of hist and run together times `rel1` — which no window's lowest is
+    below."""
+    return math.isfinite(sum(run)) and max(run) <= min(min(hist), min(run)) * rel1
+
+
 def line_of(x):
     """The whole log line behind a chunk-wide regex match (prefixes such as [default7]: included)."""
     if isinstance(x, re.Match):
@@ -95,6 +106,34 @@ class Series:
             self.ghist.append(g)
         self.last_finite = v
         self.recent.append((no, text))
+
+    def add_many(self, vs: list[float], gs: list[float], its: list[int], nos: list[int], texts: list) -> None:
+        """Points in order, exactly as add() one by one would take them. Where add() has nothing to decide — the
+        window full, no spike being followed, finite points no higher than the window's lowest by the smallest spike
+        ratio — a run of points is taken at once (runs halve down to MIN_RUN around a point that may be a spike);
+        every other point goes through add()."""
+        n, k, full, size = len(vs), 0, self.hist.maxlen, ADD_RUN
+        one_by_one = 0   # points still to take through add(): on a noisy curve, looking ahead does not pay
+        while k < n:
+            b = self.best
+            if one_by_one or len(self.hist) < full or (b is not None and b["later_n"] < self.recover_within):
+                self.add(vs[k], gs[k], its[k], nos[k], texts[k])
+                k += 1
+                one_by_one = max(0, one_by_one - 1)
+                continue
+            run = vs[k:k + size]
+            if not _calm(self.hist, run, self.smooth_rel1):
+                if size > MIN_RUN:
+                    size //= 2
+                else:
+                    one_by_one, size = 4 * MIN_RUN, ADD_RUN
+                continue
+            c = k + len(run)
+            self.hist.extend(run)
+            self.ghist.extend(g for g in gs[k:c] if math.isfinite(g))
+            self.last_finite, self.last_is_nan = run[-1], False
+            self.recent.extend(zip(nos[max(k, c - 2):c], texts[max(k, c - 2):c]))
+            k, size = c, min(ADD_RUN, 2 * size)
 
     def __getstate__(self) -> dict:
         """For a worker process's answer (engine.split): the kept lines cut out of their chunk (a match cannot be

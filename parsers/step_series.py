@@ -40,6 +40,19 @@ class StepSeries:
         self.iters.append(-1 if iteration is None or iteration < 0 else iteration)
         self.lines.append(line)
 
+    def add_many(self, iterations: list[int], seconds: list[float], lines: list[int]) -> None:
+        """Readings in order, each with its iteration (>= 0), kept as add() one by one would keep them."""
+        last = self.iters[-1] if self.iters else None
+        keep_s, keep_i, keep_l = array("d"), array("q"), array("q")
+        for it, sec, no in zip(iterations, seconds, lines):
+            if sec > 0 and it != last:
+                keep_s.append(sec), keep_i.append(it), keep_l.append(no)
+                last = it
+        room = max(0, MAX_POINTS - len(self.seconds))
+        self.seconds.extend(keep_s[:room])
+        self.iters.extend(keep_i[:room])
+        self.lines.extend(keep_l[:room])
+
     def __len__(self) -> int:
         return len(self.seconds)
 
