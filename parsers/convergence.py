@@ -14,7 +14,7 @@ from typing import Any
 
 from core.models import Evidence, Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
-from parsers.loss_bulk import read_chunk
+from parsers.loss_bulk import BATCH, read_chunk, read_line
 from parsers.loss_lines import ELAPSED, after as _after, hf_dict, hf_line, megatron_fields as _megatron_fields, num as _f
 from parsers.loss_series import Series, SpikeThresholds, line_of as _line
 from parsers.step_series import StepSeries
@@ -38,27 +38,11 @@ _BOUND_KEY = ("best", "min", "max", "prev", "scale", "lowest")
 _NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)", needs=("nan iterations",))
 _SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to)\s*([\d.]+)")
 _SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum")
-# Megatron-LM / Megatron-DeepSpeed / GPT-NeoX iteration lines are read with plain string search (the common case
-# in big logs, so no regex): "iteration N/ M | ... | lm loss: X | ... | grad norm: G | ... nan iterations: K |".
-_ELAPSED_B = ELAPSED.encode()
-_ELAPSED_N = len(_ELAPSED_B)
 
 
 def _str(text) -> str:
     text = _line(text)
     return (text.decode("utf-8", "replace") if isinstance(text, bytes) else text).strip()[:500]
-
-
-class _BulkHit:
-    """A line read by the chunk-wide pass."""
-    __slots__ = ("no", "_raw")
-
-    def __init__(self, no: int, raw: bytes):
-        self.no, self._raw = no, raw
-
-    @property
-    def text(self) -> str:
-        return self._raw.decode("utf-8", "replace")
 
 
 _SKIP = ("validation", "eval_", "eval ", "val_loss", "val loss", "test loss", "test_loss")
@@ -82,48 +66,11 @@ class LossParser(Parser):
         return found * 10 >= 3 * (sample.count(b"\n") + 1)
 
     def feed_chunk(self, buf: bytes, start_no: int) -> None:
+        self._flush_hf()
         read_chunk(self, buf, start_no)   # ordinary lines in batches, any other one through feed_bulk
 
     def feed_bulk(self, no: int, m) -> None:
-        """One iteration line, every case (read_chunk sends here those it does not batch)."""
-        it_b, rest = m.group(1, 2)
-        k = rest.find(b"lm loss:")
-        if k < 0 or it_b == self.bulk_it:   # (GPT-NeoX spells it lm_loss)
-            k = k if k >= 0 else rest.find(b"lm_loss:")
-            e = rest.find(b"|", k)
-            if k >= 0 and it_b == self.bulk_it and rest[k + 8:e if e >= 0 else len(rest)] == self.bulk_loss:
-                return   # the same step as another rank printed it (the one bulk curve has a point per step)
-        it = int(it_b)
-        e = rest.find(_ELAPSED_B)
-        if e >= 0:   # (the line-by-line path's _elapsed, inlined: this runs for every line of a long log)
-            try:
-                self.steps.add(it, float(rest[e + _ELAPSED_N:rest.find(b"|", e)]) / 1000, no)
-            except ValueError:
-                pass
-        if k < 0:  # an iteration line without a loss (grad norm only, NaN counts): the line-by-line reading
-            self.feed(Hit(no, _line(m).decode("utf-8", "replace")))
-            return
-        e = rest.find(b"|", k)
-        self.bulk_it, self.bulk_loss = it_b, (loss := rest[k + 8:e if e >= 0 else len(rest)])
-        i = rest.find(b"grad norm:")
-        j = rest.find(b"nan iterations:")
-        try:
-            v = float(loss)
-            g = float(rest[i + 10:rest.find(b"|", i)]) if i >= 0 else math.nan
-        except ValueError:
-            return
-        if v != v or v in (math.inf, -math.inf) or (i >= 0 and not math.isfinite(g)) or \
-                (j >= 0 and rest[j + 15:rest.find(b"|", j)].strip(b" 0")):
-            text = _line(m).decode("utf-8", "replace")  # rare NaN/Inf lines take the general path for evidence
-            fields = _megatron_fields(text)
-            if fields:
-                self._megatron(_BulkHit(no, _line(m)), fields, text, key="")  # the bulk series is one curve
-            return
-        if self.bulk_series is None:   # one curve, going on from the one read line by line until now (its history)
-            if self.series and "" not in self.series:   # a rank's own curve: the latest one read
-                self.series[""] = self.series.pop(max(self.series, key=lambda k: self.series[k].last_line()))
-            self.bulk_series = self._series("")
-        self.bulk_series.add(v, g, it, no, m)  # the line itself is cut out only if it becomes evidence
+        read_line(self, no, m)   # one iteration line, every case (read_chunk sends here those it does not batch)
 
     def __init__(self, options: SpikeThresholds | None = None) -> None:
         self.spike = options or SpikeThresholds()
@@ -142,6 +89,7 @@ class LossParser(Parser):
         self.term_nan, self.term_key = 0, ""   # NaN/Inf loss terms outside the main loss series, the first key
         self.bulk_series: Series | None = None
         self.bulk_it, self.bulk_loss = b"", b""   # the bulk curve's last step and loss, as printed
+        self.hf_batch: list[tuple] = []   # HF dict points read by quick(), not yet on the curve
 
     def _series(self, key: str) -> Series:
         s = self.series.get(key)
@@ -156,17 +104,34 @@ class LossParser(Parser):
         if got is None:
             return False
         if no > self.skip_to:
-            self._hf_point(got[0], no, got[1])
+            self.hf_batch.append((*got[0], no, got[1]))
+            if len(self.hf_batch) >= BATCH:
+                self._flush_hf()
         return True
 
+    def _flush_hf(self) -> None:
+        """The HF points quick() gathered, onto the curve (before any other line is read, and at the end)."""
+        batch = self.hf_batch
+        if batch:
+            vs, gs, its, has_g, nos, texts = zip(*batch)
+            self._series("").add_many(vs, gs, its, nos, texts)
+            if any(has_g):
+                self.gnan_run = self.gnan_zero = 0   # the grad norm is finite there
+            batch.clear()
+
     def _hf_point(self, hf: tuple[float, float, float, bool], no: int, text: str) -> None:
-        """An HF Trainer dict's point (hf_dict's reading), from feed() or quick()."""
+        """An HF Trainer dict's point (hf_dict's reading), from feed()."""
         v, g, itv, has_g = hf
         self._series("").add(v, g, itv, no, text)
         if has_g:
             self.gnan_run = self.gnan_zero = 0   # the grad norm is finite here
 
+    def __getstate__(self) -> dict:
+        self._flush_hf()   # (a worker process sends its readers back)
+        return self.__dict__
+
     def feed(self, hit: Hit) -> None:
+        self._flush_hf()
         if hit.no <= self.skip_to:
             return
         t = hit.text
@@ -271,9 +236,11 @@ class LossParser(Parser):
                 self.scale_ev.add(hit.no, hit.text)
 
     def seen(self) -> bool:
+        self._flush_hf()
         return bool(self.nan_ev.total or self.scale_ev.total or any(s.spikes for s in self.series.values()))
 
     def finish(self, ctx: Context) -> list[Finding]:
+        self._flush_hf()
         if len(self.steps):
             ctx.step_series.append(self.steps)
         out: list[Finding] = []

@@ -3,12 +3,14 @@
 An ordinary line — the loss and grad norm finite, no NaN iterations counted, the curve already set up — only has
 its point and step time gathered; the curve and the step series take each batch in one call (Series.add_many,
 StepSeries.add_many), with the same result as one call per line. Any other line, and every line whose numbers do
-not parse, goes to `LossParser.feed_bulk` after the batch so far, so each series keeps its order."""
+not parse, goes to `LossParser.feed_bulk` (read_line) after the batch so far, so each series keeps its order."""
 from __future__ import annotations
 
 import math
 
-from parsers.loss_lines import ELAPSED
+from parsers.base import Hit
+from parsers.loss_lines import ELAPSED, megatron_fields
+from parsers.loss_series import line_of
 
 _LOSS = b"lm loss:"
 _GNORM = b"grad norm:"
@@ -16,6 +18,61 @@ _NANS = b"nan iterations:"
 _ELAPSED = ELAPSED.encode()
 _ELAPSED_N = len(_ELAPSED)
 BATCH = 4096   # points gathered at most (each holds its line's match)
+
+
+class _BulkHit:
+    """A line read by the chunk-wide pass."""
+    __slots__ = ("no", "_raw")
+
+    def __init__(self, no: int, raw: bytes):
+        self.no, self._raw = no, raw
+
+    @property
+    def text(self) -> str:
+        return self._raw.decode("utf-8", "replace")
+
+
+def read_line(p, no: int, m) -> None:
+    """One iteration line into parser `p`, every case: a NaN or Inf loss or grad norm, NaN iterations counted, no
+    loss (the line-by-line reading), lm_loss, the curve's first point, and another rank's copy of the last step."""
+    it_b, rest = m.group(1, 2)
+    k = rest.find(_LOSS)
+    if k < 0 or it_b == p.bulk_it:   # (GPT-NeoX spells it lm_loss)
+        k = k if k >= 0 else rest.find(b"lm_loss:")
+        e = rest.find(b"|", k)
+        if k >= 0 and it_b == p.bulk_it and rest[k + 8:e if e >= 0 else len(rest)] == p.bulk_loss:
+            return   # the same step as another rank printed it (the one bulk curve has a point per step)
+    it = int(it_b)
+    e = rest.find(_ELAPSED)
+    if e >= 0:   # (the line-by-line path's _elapsed, inlined)
+        try:
+            p.steps.add(it, float(rest[e + _ELAPSED_N:rest.find(b"|", e)]) / 1000, no)
+        except ValueError:
+            pass
+    if k < 0:  # an iteration line without a loss (grad norm only, NaN counts): the line-by-line reading
+        p.feed(Hit(no, line_of(m).decode("utf-8", "replace")))
+        return
+    e = rest.find(b"|", k)
+    p.bulk_it, p.bulk_loss = it_b, (loss := rest[k + 8:e if e >= 0 else len(rest)])
+    i = rest.find(_GNORM)
+    j = rest.find(_NANS)
+    try:
+        v = float(loss)
+        g = float(rest[i + 10:rest.find(b"|", i)]) if i >= 0 else math.nan
+    except ValueError:
+        return
+    if v != v or v in (math.inf, -math.inf) or (i >= 0 and not math.isfinite(g)) or \
+            (j >= 0 and rest[j + 15:rest.find(b"|", j)].strip(b" 0")):
+        text = line_of(m).decode("utf-8", "replace")  # rare NaN/Inf lines take the general path for evidence
+        fields = megatron_fields(text)
+        if fields:
+            p._megatron(_BulkHit(no, line_of(m)), fields, text, key="")  # the bulk series is one curve
+        return
+    if p.bulk_series is None:   # one curve, going on from the one read line by line until now (its history)
+        if p.series and "" not in p.series:   # a rank's own curve: the latest one read
+            p.series[""] = p.series.pop(max(p.series, key=lambda k: p.series[k].last_line()))
+        p.bulk_series = p._series("")
+    p.bulk_series.add(v, g, it, no, m)  # the line itself is cut out only if it becomes evidence
 
 
 def read_chunk(p, buf: bytes, start_no: int) -> None:

@@ -127,3 +127,37 @@ def test_the_loss_reader_ends_the_same_with_batches_as_line_by_line(chunk, batch
     s = plain.series[""]
     assert s.best and s.best["iteration"] == 900 and plain.grad_nan == 2 and plain.nan_iters == 1
     assert len(plain.steps) > 1400
+
+
+def test_hf_points_gathered_by_the_quick_lane_reach_the_curve_before_it_is_read_or_sent():
+    """quick() gathers HF dict points; they are on the curve before the next feed(), seen(), finish(), and when a
+    worker process sends the reader back (pickled)."""
+    import pickle
+
+    from parsers.base import Context, Hit
+    lines = [f"{{'loss': {2.0 - i * 0.001:.4f}, 'grad_norm': 0.5, 'learning_rate': 2e-05, 'epoch': {i / 100:.2f}}}"
+             for i in range(60)] + ["{'loss': 9.5, 'grad_norm': 0.5, 'learning_rate': 2e-05, 'epoch': 0.61}"]
+    buf = ("\n".join(lines) + "\n").encode()
+
+    def quick_all(p):
+        at = 0
+        for no, line in enumerate(lines, 1):
+            assert p.quick(buf, at, at + len(line), no)
+            at += len(line) + 1
+
+    p = LossParser()
+    quick_all(p)
+    sent = pickle.loads(pickle.dumps(p))
+    assert sent.series[""].spikes == 1 and sent.hf_batch == []
+    p = LossParser()
+    quick_all(p)
+    assert p.seen()   # the spike is seen (progress lines) without waiting for the end
+    p = LossParser()
+    quick_all(p)
+    p.feed(Hit(62, "{'loss': nan, 'grad_norm': nan, 'learning_rate': 2e-05, 'epoch': 0.62}"))
+    s = p.series[""]
+    assert s.spikes == 1 and s.first_nan["line"] == 62 and s.last_finite == 9.5
+    assert [f.symptom for f in LossParser().finish(Context())] == []
+    q = LossParser()
+    quick_all(q)
+    assert [f.symptom for f in q.finish(Context())] == ["loss_spike"]
