@@ -67,7 +67,7 @@ class Reader:
     """What the scanner feeds: trigger literals, and the lines that contain one (with `before`/`after` context).
 
     A reader may also read its dominant line format chunk-wide: `bulk` is a bytes regex run over whole chunks while
-    `bulk_wanted` (judged on the first MiB) holds, and then only `bulk_triggers` are read line by line. The matches
+    `bulk_wanted` (judged chunk by chunk) holds, and then only `bulk_triggers` are read line by line. The matches
     go to `feed_bulk` one by one, or the whole chunk to `feed_chunk` where a reader defines it. A line that only this
     reader wants is first offered to `quick(buf, line start, line end, line number)`, where a reader defines it: True
     when it took the line straight from the chunk exactly as `feed` would have, False to be fed a Hit as usual."""

@@ -114,13 +114,14 @@ class Scanner:
 
     def _decide_bulk(self, buf: bytes) -> None:
         """A parser whose bulk pattern covers most lines (a plain Megatron training log) reads those lines with one
-        C-level pass per chunk instead of line by line. Judged on the first MiB, then on each whole chunk until it
-        holds, for the first BULK_LOOKS chunks: a job's log often opens with megabytes of NCCL set-up, and a
+        C-level pass per chunk instead of line by line. Judged on the first MiB, else on the whole chunk, then on
+        each whole chunk until it holds, for the first BULK_LOOKS chunks: a job's log often opens with megabytes of
+        NCCL set-up (the first MiB of a 512-rank log can hold no iteration line, its first chunk 16,000), and a
         multi-node one keeps interleaving set-up blocks with its iterations."""
         self._looks += 1
-        sample = buf[: 1 << 20] if self._looks == 1 else buf
-        chosen = {i for i, p in enumerate(self.parsers)
-                  if i not in self.bulk and p.bulk is not None and p.bulk_wanted(sample)}
+        head = buf[: 1 << 20] if self._looks == 1 and len(buf) > 1 << 20 else None
+        chosen = {i for i, p in enumerate(self.parsers) if i not in self.bulk and p.bulk is not None
+                  and ((head is not None and p.bulk_wanted(head)) or p.bulk_wanted(buf))}
         if chosen:
             self.bulk = sorted(chosen.union(self.bulk))
             self._index(set(self.bulk))

@@ -203,6 +203,23 @@ def test_bulk_reading_starts_after_a_long_nccl_set_up(tmp_path):
     assert sc.bulk == [0] and len(sc.parsers[0].steps) == 20000
 
 
+@pytest.mark.parametrize("iterations,chunk_wide", [(12000, True), (2500, False)])
+def test_a_first_chunk_that_opens_with_set_up_is_judged_whole(iterations, chunk_wide):
+    """The first MiB of a 512-rank log can be all NCCL set-up while its first chunk is mostly iterations: the chunk
+    is judged whole and read chunk-wide from its first line (a chunk with too few iterations is not)."""
+    from parsers.convergence import LossParser
+    from parsers.scan import Scanner
+    setup = b"h1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA\n" * 14000
+    iters = b"".join(b" iteration %8d/ 99999 | elapsed time per iteration (ms): 3000.0 | lm loss: 2.500000E+00 | "
+                     b"grad norm: 0.250 | number of nan iterations:   0 |\n" % i for i in range(1, iterations + 1))
+    assert len(setup) > 1 << 20 and (len(iters) > 1 << 20) == chunk_wide
+    sc = Scanner([LossParser()])
+    sc.feed(setup + iters)
+    assert sc.bulk == ([0] if chunk_wide else [])
+    sc.close()
+    assert len(sc.parsers[0].steps) == iterations
+
+
 def test_the_chunk_wide_loss_curve_has_one_point_per_step_when_several_ranks_print_it():
     """The last pipeline stage's ranks may all print the same step: the one bulk curve takes it once, so a spike is
     one spike and its evidence is the steps before it, not copies of one step (issue 16's mixed log)."""
