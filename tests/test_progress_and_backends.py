@@ -127,6 +127,8 @@ def test_megatron_bulk_path_matches_line_by_line_reading(engine, monkeypatch, tm
              (FIXTURES / "loss_spike" / "megatron_spike.log").read_bytes(),
              (FIXTURES / "loss_nan" / "megatron_nan.log").read_bytes()]
     assert LossParser.bulk_wanted(cases[0]) and not LossParser.bulk_wanted(b"{'loss': 1.0}\n" * 50)
+    # "lm loss:" on every line, but not on iteration lines: the regex pass says no after the counts said maybe
+    assert not LossParser.bulk_wanted(b" validation loss at step 1000 | lm loss: 2.3 | lm loss PPL: 9.9 |\n" * 50)
     sc = Scanner([LossParser()])
     sc.feed(cases[0])
     assert sc.bulk == [0]
