@@ -11,7 +11,6 @@ from parsers.scan import MAX_TEXT
 ELAPSED = "elapsed time per iteration (ms):"   # a Megatron iteration line's step time
 
 
-
 def after(t: str, key: str) -> str | None:
     i = t.find(key)
     if i < 0:

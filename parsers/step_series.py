@@ -46,7 +46,9 @@ class StepSeries:
         keep_s, keep_i, keep_l = array("d"), array("q"), array("q")
         for it, sec, no in zip(iterations, seconds, lines):
             if sec > 0 and it != last:
-                keep_s.append(sec), keep_i.append(it), keep_l.append(no)
+                keep_s.append(sec)
+                keep_i.append(it)
+                keep_l.append(no)
                 last = it
         room = max(0, MAX_POINTS - len(self.seconds))
         self.seconds.extend(keep_s[:room])
