@@ -133,7 +133,8 @@ _BUILDERS: dict[str, Callable[[Finding, dict], str]] = {
     else "NVLink 진단(dcgmi diag) 실패" if x.get("dcgm_diag_failed") else "NVLink 패브릭이 올라오지 않음 (fabric manager / NVLS)",
     "version_mismatch": lambda f, x: _VERSION_RULES.get(f.rule.split(".")[-1], "버전 불일치"),
     "slow_comm": lambda f, x: (f"집합 통신이 스텝 시간의 {x['comm_share_pct']}%를 차지" if "comm_share_pct" in x
-                               else "집합 통신이 패브릭이 낼 수 있는 속도에 한참 못 미침"),
+                               else f"{x['instance']}에서 NCCL의 EFA 채널이 GPUDirect RDMA 없이 동작: 모든 전송이 호스트 메모리를 거침"
+                               if "net_channel_lines" in x else "집합 통신이 패브릭이 낼 수 있는 속도에 한참 못 미침"),
     "straggler": lambda f, x: "느린 rank가 작업 전체를 늦춤: "
     + ("rank " + ", ".join(map(str, x["slow_ranks"][:8])) if x["slow_ranks"] else "어느 rank인지는 미확인")
     + (f" (가장 빠른 rank보다 {x['slowdown_pct']}% 느림)" if "slowdown_pct" in x else "")

@@ -92,8 +92,8 @@ _REGISTRY: tuple[Symptom, ...] = (
             ("gpu_model", "gpus", "mfu_pct", "peak_tflops", "readings", "samples", "tflops_per_gpu", "util_pct"),
             report=THROUGHPUT, title_ko_format="GPU가 제 성능을 내지 못함: MFU나 활용률이 목표보다 낮음"),
     Symptom("slow_comm", "slow", "warning", 12, "Communication is slow", "통신이 느림",
-            ("busbw_gbps", "comm_share_pct", "expected_gbps", "instance", "message_bytes", "nodes", "op", "ratio_pct",
-             "reports", "timers", "top_kernel"),
+            ("busbw_gbps", "comm_share_pct", "expected_gbps", "instance", "message_bytes", "net_channel_lines", "nodes",
+             "op", "ratio_pct", "reports", "timers", "top_kernel"),
             causes=("tcp_fallback", "efa_provider_missing", "nvlink_inactive", "version_mismatch"),
             report=THROUGHPUT),   # its Korean title depends on the rule: bot.titles_ko builds it
     Symptom("straggler", "slow", "warning", 12, "A slow rank or node holds the job back", "느린 rank/노드(straggler)",

@@ -11,9 +11,11 @@ the instance has EFA); a single-node run with no RDMA in sight legitimately uses
 fork_enomem: os.fork() fails with ENOMEM when DataLoader workers start (huge pages pinned by EFA)."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from core.models import Finding
+from parsers import gdr
 from parsers.base import Context, EvidenceBox, Hit, Parser, host_of, rank_of, rx, search
 
 _OFI = rx(r"(?:(\w+):\d+ )?(?:NCCL WARN )?NET/OFI Unable to register memory \(type = (\d+)\) for device (\d+)\.?"
@@ -175,6 +177,7 @@ class TransportParser(Parser):
                 "valid provider", "output empty list", "No provider", "OFI NCCL failure", "find a provider", "find any provider",
                 "eligible providers", "protocol that worked", "e rdma protocol", "e sendrecv protocol", "nNodes",
                 "No plugin found", "Could not find: ")
+    bulk_triggers = triggers   # (read line by line in bulk mode too: only the channel lines go chunk-wide)
 
     def __init__(self) -> None:
         self.sock_ev = EvidenceBox()
@@ -190,6 +193,15 @@ class TransportParser(Parser):
         self.net_channels = 0   # "via NET/Socket" channel lines: NCCL only uses a NET transport between nodes
         self.nodes: int | None = None
         self.no_plugin: tuple[int, str, str] | None = None   # (line, text, library) of "no network plugin"
+        self.efa = False   # aws-ofi-nccl picked libfabric's efa provider
+        self.gdr = gdr.GdrWatch()   # the plugin's channel lines, chunk-wide: GPUDirect RDMA or not
+
+    # The channel lines are read chunk-wide (counted, never line by line); every other line as before.
+    bulk = re.compile(rb" via NET/(?:AWS )?Libfabric/")
+    bulk_wanted = staticmethod(gdr.wanted)
+
+    def feed_chunk(self, buf: bytes, start_no: int) -> None:
+        self.gdr.feed_chunk(buf, start_no)
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
@@ -224,6 +236,7 @@ class TransportParser(Parser):
                 return   # the plugin's channels ride the TCP provider picked above
 
             self.rdma_lines += 1
+            self.efa = self.efa or "rovider is efa" in t
             if h:
                 self.rdma_hosts.add(h)
             return
@@ -253,7 +266,8 @@ class TransportParser(Parser):
             if out:
                 fallback.caused_by = "efa_provider_missing"
             out.append(fallback)
-        return out
+        no_gdr = None if out or self.ofi_tcp else self.gdr.finding(ctx, self.efa)
+        return out + [no_gdr] if no_gdr else out
 
     def _fallback(self, ctx: Context) -> Finding | None:
         if not self.socket_lines:
