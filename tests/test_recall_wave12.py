@@ -56,3 +56,17 @@ def test_channel_lines_counted_across_chunks_and_stop_once_gdrdma_shows():
     w.feed_chunk(b"h:1:2 [0] NCCL INFO Channel 02/0 : 1[1] -> 0[0] [send] via NET/AWS Libfabric/2/GDRDMA\n", 13)
     w.feed_chunk(b"h:1:2 [0] NCCL INFO Channel 03/0 : 1[1] -> 0[0] [send] via NET/AWS Libfabric/3\n", 14)
     assert w.gdr and w.channels == 2
+
+
+@pytest.mark.parametrize("env,changed", [
+    ("FI_EFA_USE_DEVICE_RDMA set by environment to 0", {"FI_EFA_USE_DEVICE_RDMA": ("0", "1")}),
+    ("FI_EFA_USE_DEVICE_RDMA set by environment to 1", {}),   # already set: no change that changes nothing
+    ("NCCL_NET_GDR_LEVEL set by environment to LOC", {"FI_EFA_USE_DEVICE_RDMA": (None, "1"),
+                                                       "NCCL_NET_GDR_LEVEL": ("LOC", None)}),
+])
+def test_env_changes_start_from_what_the_log_shows(run, env, changed):
+    text = P5.replace("NCCL INFO cudaDriverVersion 12020", f"NCCL INFO {env}")
+    d = run(text).to_json_dict()
+    got = {c["name"]: (c.get("from"), c.get("to")) for s in d["findings"][0]["steps"] for c in s["changes"]
+           if c["kind"] == "env" and c["name"] in ("FI_EFA_USE_DEVICE_RDMA", "NCCL_NET_GDR_LEVEL")}
+    assert got == changed
