@@ -313,3 +313,18 @@ def test_report_lists_stragglers_and_pipeline_bubbles(tmp_path, run):
     assert got[("job-p", "pipeline_bubble")] == ("pipeline bubble % of step", 42.9)
     node = next(n for n in r.nodes if n["host"] == "gpu-st-p5-002")
     assert "lagging" in node["roles"] and node["symptoms"]["straggler"] == 1
+
+
+def test_report_lists_efa_channels_without_gpudirect_rdma(tmp_path, run):
+    """slow_comm.no_gdrdma reaches the throughput section with its own measure (not a blank "None")."""
+    import json
+    case = json.loads((ROOT / "tests" / "corpus" / "wave12.jsonl").read_text().splitlines()[0])
+    store = Store(tmp_path / "s.db")
+    data = case["text"].encode()
+    store.record(run(data, "p5.log"), data, source="cli", job_key="job-g",
+                 at=(NOW - timedelta(days=1)).isoformat(timespec="seconds"))
+    rep = report.make(store, NOW - timedelta(days=7), NOW, tmp_path / "out")
+    got = {(t["job"], t["symptom"]): (t["measure"], t["value"]) for t in rep.data.throughput}
+    assert got[("job-g", "slow_comm")] == ("EFA channels without GPUDirect RDMA", 5)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "EFA channels without GPUDirect RDMA 5" in md and "None" not in md

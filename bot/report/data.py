@@ -28,7 +28,8 @@ _SLOW_MEASURE = (("mfu_pct", "MFU %"), ("util_pct", "GPU util %"), ("ratio_pct",
                  ("comm_share_pct", "NCCL % of CUDA time"), ("input_share_pct", "input % of step"),
                  ("slowdown_pct", "slowest rank % slower"), ("score", "slowest rank's score"),
                  ("below_median_pct", "sniff test: % below the median"),
-                 ("bubble_pct", "pipeline bubble % of step"))
+                 ("bubble_pct", "pipeline bubble % of step"),
+                 ("net_channel_lines", "EFA channels without GPUDirect RDMA"))
 
 
 def parse_since(text: str, now: datetime) -> datetime:

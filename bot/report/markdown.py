@@ -127,7 +127,7 @@ def _training(r: ReportData, names: set[str] = frozenset()) -> list[str]:
         out.append("")
     if r.throughput:
         out += ["## Throughput", "", "| when | job | symptom | measure | diagnosis |", "|---|---|---|---:|---|"]
-        out += [f"| {t['at'][:16]} | {t['job']} | {t['symptom']} | {t['measure']} {t['value']} | #{t['id']} |"
+        out += [f"| {t['at'][:16]} | {t['job']} | {t['symptom']} | {t['measure']} {'' if t['value'] is None else t['value']} | #{t['id']} |"
                 for t in sorted(r.throughput, key=lambda t: (t["job"], t["at"]))[:20]]
         out.append("")
     if r.step_times:
