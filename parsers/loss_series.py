@@ -45,7 +45,11 @@ def line_of(x):
     return x
 
 
-BLOWUP = 10.0   # a point this many times the whole (short) history, and at least 1.0 above it, is a spike too
+# A short paste (1-2 points of history): a point this many times all of it and this much above it is a spike
+SHORT_JUMPS = ((10.0, 1.0), (4.0, 2.0))
+RISE_RUN = 4       # divergence: this many rises in a row ...
+RISE_RATIO = 1.5   # ... ending this many times above where the climb began, and at least 1.0 above it,
+RISE_OVER_TOP = 1.3   # and this many times above the highest point of the window where it began (not noise)
 
 
 class Series:
@@ -64,6 +68,7 @@ class Series:
         self.nan_points = 0
         self.last_finite: float | None = None
         self.last_is_nan = False
+        self.climb: tuple[float, int, float] | None = None   # current run of rises: (start, rises, window's top)
 
     def add(self, v: float, g: float, it: float, no: int, text: str) -> None:
         b = self.best
@@ -80,6 +85,7 @@ class Series:
                 self.first_nan = {"line": no, "iteration": it, "last_finite": self.last_finite}
             return
         self.last_is_nan = False
+        self._climb(v, g, it, no, text)
         if len(self.hist) >= self.min_history and v > min(self.hist) * self.smooth_rel1:
             med = median(self.hist)  # only when a spike is possible: v must beat the median by `rel`
             if med > 0:
@@ -98,7 +104,8 @@ class Series:
             top = max(self.hist)
             # a short paste: one or two points, then a blow-up; or a loss that lives below zero (Dice + CE) jumping
             # well above it
-            if (top > 0 and v >= BLOWUP * top and v - top >= 1.0) or (top < 0 < v and v - top >= 0.5):
+            if (top > 0 and any(v >= r * top and v - top >= d for r, d in SHORT_JUMPS)) or \
+                    (top < 0 < v and v - top >= 0.5):
                 self.spikes += 1
                 self._record(v, median(self.hist) or top, g, it, no, text)
         self.hist.append(v)
@@ -106,6 +113,37 @@ class Series:
             self.ghist.append(g)
         self.last_finite = v
         self.recent.append((no, text))
+
+    def _climb(self, v: float, g: float, it: float, no: int, text: str) -> None:
+        """Gradual divergence: RISE_RUN rises in a row that end RISE_RATIO times above where the climb began (no
+        single point need be a spike). A loss that climbs step after step by half again is not noise."""
+        last = self.last_finite
+        if last is None or v <= last:
+            self.climb = None
+            return
+        start, rises, top = self.climb or (last, 0, max(self.hist, default=last))
+        rises += 1
+        self.climb = (start, rises, top)
+        if rises >= RISE_RUN and start > 0 and v >= RISE_RATIO * start and v - start >= 1.0 and v >= RISE_OVER_TOP * top \
+                and (self.best is None or v / start > self.best["ratio"]):
+            self.spikes += 1
+            self._record(v, start, g, it, no, text)
+
+    def _climb_after(self, run: list[float]) -> None:
+        """The climb state after a calm run taken at once, as _climb() point by point would leave it (a calm run
+        stays within smooth_rel of its lowest point, so no climb can end inside it)."""
+        i = len(run) - 1
+        while i > 0 and run[i] > run[i - 1]:
+            i -= 1
+        if i == len(run) - 1:
+            self.climb = None
+        elif i > 0 or self.last_finite is None or run[0] <= self.last_finite:
+            # (the window as add() would have held it when the climb began: the points up to run[i], at most maxlen)
+            window = [*self.hist, *run[:i + 1]][-(self.hist.maxlen or 1):]
+            self.climb = (run[i], len(run) - 1 - i, max(window))
+        else:   # the whole run rises, from the point before it
+            start, rises, top = self.climb or (self.last_finite, 0, max(self.hist, default=self.last_finite))
+            self.climb = (start, rises + len(run), top)
 
     def add_many(self, vs: list[float], gs: list[float], its: list[int], nos: list[int], texts: list) -> None:
         """Points in order, exactly as add() one by one would take them. Where add() has nothing to decide — the
@@ -129,6 +167,7 @@ class Series:
                     one_by_one, size = 4 * MIN_RUN, ADD_RUN
                 continue
             c = k + len(run)
+            self._climb_after(run)   # (before the window takes the run: it looks at the window as it was)
             self.hist.extend(run)
             self.ghist.extend(g for g in gs[k:c] if math.isfinite(g))
             self.last_finite, self.last_is_nan = run[-1], False

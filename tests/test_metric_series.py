@@ -1,0 +1,56 @@
+"""The metric-series reader on short pastes and slow climbs: people paste 3-5 lines around the event, and a run
+diverges gradually as often as it spikes once. Near-misses (noisy per-batch losses, a slow rise inside the noise,
+early-training wiggles) stay quiet."""
+import pytest
+
+
+def _symptoms(d):
+    return [f.symptom for f in d.findings]
+
+
+@pytest.mark.parametrize("text", [
+    # lit-gpt style: one point of history, then a jump to ~6.7x
+    "iter 880 step 110: loss 1.6612, iter time: 1104.20ms (optimizer.step)\n"
+    "iter 881 step 110: loss 11.2081, iter time: 1261.75ms\n"
+    "iter 882 step 110: loss 11.5012, iter time: 1109.60ms\n",
+    # HF Trainer dicts without grad norms: two points, then ~5x
+    "{'loss': 0.7031, 'learning_rate': 0.00017, 'epoch': 0.31}\n{'loss': 0.8114, 'learning_rate': 0.00017, "
+    "'epoch': 0.31}\n{'loss': 4.1022, 'learning_rate': 0.00017, 'epoch': 0.31}\n{'loss': 0.7402, 'learning_rate': "
+    "0.00017, 'epoch': 0.31}\n",
+    # GPT-NeoX iteration lines: 1.13, 1.16, then 11.6 (just under ten times)
+    " iteration        1/  5000 | lm_loss: 1.131000E+00 | loss scale: 65536.0 | number of nan iterations:   0 |\n"
+    " iteration        2/  5000 | lm_loss: 1.160200E+00 | loss scale: 65536.0 | number of nan iterations:   0 |\n"
+    " iteration        3/  5000 | lm_loss: 1.159000E+01 | loss scale: 65536.0 | number of nan iterations:   0 |\n",
+])
+def test_a_short_paste_with_a_large_jump_is_a_spike(run, text):
+    assert _symptoms(run(text))[:1] == ["loss_spike"]
+
+
+def test_a_noisy_detection_loss_doubling_in_two_points_is_not_a_spike(run):
+    # per-iteration detection losses move by whole units; 0.31 -> 1.31 is 4.3x but only 1.0 above
+    text = ("Epoch [1][400/9000]\tlr: 0.02000, time: 2.013, loss_rpn_cls: 0.2121, loss: 0.3071\n"
+            "Epoch [1][401/9000]\tlr: 0.02000, time: 2.013, loss_rpn_cls: 0.4542, loss: 1.3134\n"
+            "Epoch [1][402/9000]\tlr: 0.02000, time: 1.764, loss_rpn_cls: 0.5243, loss: 1.2892\n")
+    assert "loss_spike" not in _symptoms(run(text))
+
+
+def _megatron(losses, start=6000):
+    return "".join(f" iteration {start + 10 * i:>8}/  150000 | elapsed time per iteration (ms): 18500.0 | lm loss: "
+                   f"{v:.6E} | loss scale: 4096.0 | grad norm: 1.000 | number of nan iterations:   0 |\n"
+                   for i, v in enumerate(losses))
+
+
+def test_a_climb_of_four_rises_to_half_again_is_a_spike(run):
+    d = run(_megatron([6.31, 6.52, 7.28, 9.05, 10.11]))
+    f = d.findings[0]
+    assert f.symptom == "loss_spike"
+    assert f.facts["loss_before"] == 6.31 and f.facts["loss_at_spike"] == pytest.approx(10.11)
+
+
+@pytest.mark.parametrize("losses", [
+    [6.31, 6.52, 7.28, 9.05, 9.20],            # rises 46%: under half again
+    [6.31, 6.52, 7.28, 9.05, 8.90, 10.11],     # the climb breaks before it reaches half again from 6.31
+    [1.20, 1.35, 0.91, 0.95, 1.56, 0.86, 1.01, 1.10, 1.29, 1.52],   # a noisy curve: the climb ends below its window's top
+])
+def test_climbs_that_are_not_divergence_stay_quiet(run, losses):
+    assert "loss_spike" not in _symptoms(run(_megatron(losses)))
