@@ -186,6 +186,9 @@ class TransportParser(Parser):
         self.socket_hosts: set[str] = set()
         self.rdma_hosts: set[str] = set()
         self.socket_lines = 0
+        # lines that say sockets carry the data; "NET/Socket : Using [0]ib0" alone is the socket transport's start-up
+        # line, which NCCL up to 2.5 prints on every host beside "NET/IB : Using …" (bootstrap rides it)
+        self.socket_data = 0
         self.rdma_lines = 0
         self.ifaces: set[str] = set()
         self.expect: set[str] = set()
@@ -225,6 +228,8 @@ class TransportParser(Parser):
             m = search(_SOCKET, t)
         if m:
             self.socket_lines += 1
+            if o or not m.group(1):
+                self.socket_data += 1   # "Using network Socket", a channel via NET/Socket: not the interface line
             self.sock_ev.add(hit.no, t)
             if m.group(1) and not o:
                 self.ifaces.add(m.group(1))
@@ -269,12 +274,17 @@ class TransportParser(Parser):
         no_gdr = None if out or self.ofi_tcp else self.gdr.finding(ctx, self.efa)
         return out + [no_gdr] if no_gdr else out
 
+    def _one_host(self, ctx: Context) -> bool:
+        """Every line names one host and its sockets listen on the loopback: no other node could have joined."""
+        hosts = ctx.hosts | self.socket_hosts | self.rdma_hosts
+        return len(hosts) == 1 and any(i == "lo" for i in self.ifaces)
+
     def _fallback(self, ctx: Context) -> Finding | None:
         if not self.socket_lines:
             return None
         only_socket = self.socket_hosts - self.rdma_hosts
-        if self.rdma_lines and not only_socket:
-            return None  # RDMA is the data path; socket lines belong to other hosts we cannot tell apart
+        if self.rdma_lines and (not only_socket or not self.socket_data):
+            return None  # RDMA is the data path; socket lines belong to other hosts we cannot tell apart, or are start-up
         if ctx.world_size == 1:
             return None   # one rank: no data crosses the network at all
         reasons = set(self.expect)
@@ -285,7 +295,7 @@ class TransportParser(Parser):
             reasons.add("multi_node")
         if ctx.world_size and ctx.world_size > 8:
             reasons.add("multi_node")
-        if self.nodes == 1 and not reasons & {"multi_node", "efa_instance"}:
+        if (self.nodes == 1 or self._one_host(ctx)) and not reasons & {"multi_node", "efa_instance"}:
             return None   # every rank on one host: NCCL moves data over P2P/SHM there, the socket is bootstrap only
         if "ib_disabled" in reasons and not any(i.startswith("ib") for i in self.ifaces):
             # IB switched off on purpose with sockets on Ethernet: an IB plugin in the image is no sign it was wanted

@@ -30,6 +30,11 @@ GPU_NAME = rx(r"NVIDIA (?:[A-Z]\w*\s)?([ABGHL]\d{2,3}\w*)")
 _DMON_HEAD = rx(r"^#\s*gpu\s+(?:\w+\s+)*?sm\b")
 _CSV_HEAD = rx(r"utilization\.gpu \[%\]")
 _DCGM_HEAD = rx(r"^#Entity\s+(?:\w+\s+)*?SMACT\b")
+# nvidia-smi's default table, the row under each GPU's name: "| N/A 44C P0 72W / 300W | 5484MiB / 16130MiB | 0% Default |"
+# (older and newer drivers space it differently); the GPU's index opens the row above it ("|   0  Tesla V100-SXM2…")
+_SMI_ROW = rx(r"^\|\s*(?:N/A|\d+%)\s+-?\d+C\s+P\d+\s+(?:\S+\s+)?(?:N/A|\d+W)\s*/\s*(?:N/A|\d+W)\s*\|\s*\d+MiB\s*/\s*\d+MiB"
+              r"\s*\|\s*(\d+)%", needs=("MiB /",))
+_SMI_GPU = rx(r"^\|\s+(\d+)\s+\S")
 SM_ACTIVE_LOW_PCT = 50.0   # DCGM's SM activity: under 0.5 its own guidance calls the GPU ineffectively used
 
 
@@ -115,8 +120,9 @@ class UtilSamplesParser(Parser):
     """nvidia-smi dmon / --query-gpu CSV samples: the rows under the header carry no literal, so the header's hit
     brings the rows after it."""
     name = "low_gpu_util_samples"
-    triggers = ("# gpu", "utilization.gpu [%]", "#Entity")
+    triggers = ("# gpu", "utilization.gpu [%]", "#Entity", "MiB /")
     after = 64
+    before = 1
 
     def __init__(self) -> None:
         super().__init__()
@@ -124,11 +130,18 @@ class UtilSamplesParser(Parser):
         self.gpus: set[str] = set()
         self.head: tuple[int, str] | None = None
         self.dcgm = False   # the samples are DCGM's SM activity (judged against its own, lower bar)
+        self.smi: list[tuple[float, str | None, int, str]] = []   # nvidia-smi table rows: util, GPU index, line
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
         if search(_DCGM_HEAD, t):
             self._dcgm(hit)
+            return
+        if "MiB /" in t:
+            m = search(_SMI_ROW, t)
+            if m and len(self.smi) < 10_000:
+                g = search(_SMI_GPU, hit.before[-1]) if hit.before else None
+                self.smi.append((float(m.group(1)), g.group(1) if g else None, hit.no, t))
             return
         if search(_DMON_HEAD, t):
             col, split = t.lstrip("#").split().index("sm"), str.split
@@ -171,7 +184,20 @@ class UtilSamplesParser(Parser):
                 continue
             self.gpus.add(cells[1])
 
+    def _smi_samples(self) -> None:
+        """nvidia-smi table rows count as samples when they were taken over time (`nvidia-smi -l`, or a row per
+        sample without the GPU's name above it), not when they are one snapshot of each GPU (which tells what the
+        GPUs did at one instant, perhaps between two jobs)."""
+        gpus = {g for _, g, _, _ in self.smi}
+        if len(self.smi) < 3 or (None not in gpus and len(self.smi) <= len(gpus)):
+            return
+        if not self.samples:
+            self.head = (self.smi[0][2], self.smi[0][3])
+        self.samples.extend(u for u, _, _, _ in self.smi)
+        self.gpus |= {g for g in gpus if g is not None} or {"?"}
+
     def finish(self, ctx: Context) -> list[Finding]:
+        self._smi_samples()
         # an idle GPU (every sample 0) is no job at all, not an underused one
         if len(self.samples) < 3 or not any(self.samples) or self.head is None:
             return []

@@ -94,3 +94,25 @@ def test_a_repeated_header_does_not_count_its_rows_twice(run):
     assert run(block * 3).findings[0].facts["samples"] == 21
     rows = "".join(f"    {g}    300     40      -     35     20      0      0   2619   1980\n" for g in range(4))
     assert run((DMON + rows) * 3).findings[0].facts["samples"] == 12
+
+
+def _smi_rows(utils, watts=(70, 205)):
+    return "".join(f"| N/A   45C    P0   {watts[u > 0]}W / 300W |   6110MiB / 32510MiB |     {u}%      Default |\n"
+                   for u in utils)
+
+
+def test_nvidia_smi_table_rows_sampled_over_time_are_utilisation_samples(run):
+    d = run("nvidia-smi -l 1 | grep MiB\n" + _smi_rows([0, 35, 0, 91, 0, 28, 0, 0, 88, 0]))
+    f = d.findings[0]
+    assert (f.symptom, f.rule) == ("low_gpu_util", "low_gpu_util.samples")
+    assert f.facts["samples"] == 10 and f.facts["util_pct"] == 0.0   # the median of ten samples, six of them idle
+
+
+def test_busy_nvidia_smi_rows_stay_quiet(run):
+    assert run(_smi_rows([97, 99, 100, 96, 98])).findings == []
+
+
+def test_one_nvidia_smi_snapshot_of_each_gpu_is_not_a_utilisation_series(run):
+    rows = "".join(f"|   {i}  Tesla V100-SXM2-32GB        On   | 00000000:1{i}:00.0 Off |                    0 |\n"
+                   + _smi_rows([u]) for i, u in enumerate([0, 0, 100, 0]))
+    assert run(rows).findings == []
