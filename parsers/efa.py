@@ -22,7 +22,9 @@ _OFI = rx(r"(?:(\w+):\d+ )?(?:NCCL WARN )?NET/OFI Unable to register memory \(ty
           r"(?: RC: (-?\d+)(?:, Error: ([^\n]+))?)?")
 _REGATTR = rx(r"Couldn't register memory region with regattr\. RC: (-?\d+), ERROR: ([^\n]+)")
 _LIBFABRIC = rx(r"Unable to register MR(?: of (\d+) bytes)?: ([^,\n]+)")
-_FI_MR = rx(r"fi_mr_reg(?:attr)? failed(?:[^\n]*?(?:rail|device) (\d+))?")
+# fi_mr_reg / fi_mr_regattr / fi_mr_regv failing, as the plugin says it or as any program wrapping libfabric reports
+# it ("LibfabricError: code -93 (...), context: fi_mr_regattr")
+_FI_MR = rx(r"fi_mr_reg(?:attr|v)? failed(?:[^\n]*?(?:rail|device) (\d+))?|(?i:error)\b[^\n]*?\bfi_mr_reg(?:attr|v)?\b")
 _KERNEL = rx(r"infiniband (\w+): Failed to (?:register mr \[(-?\d+)\]|process command REG_MR[^\n]*? err (-?\d+))")
 # the EFA provider aborting because it cannot register (locked) memory for its own receive buffers
 _RXBUF = rx(r"EFA internal error: \((\d+)\) Failure to post internal receive buffers")
@@ -154,11 +156,11 @@ _EXPECT = (
     ("efa_platform", rx(r"Running on [Pp]\d\w* platform|FI_PROVIDER|provider_filter|NET/OFI",
                         needs=("platform", "FI_PROVIDER", "provider_filter", "NET/OFI"))),
 )
-_PROVIDER = rx(r"Couldn't find any optimal provider|fi_getinfo(?: failed)?:? ?-61|fi_getinfo\(\) call failed: No data available|Could not find a valid provider"
+_PROVIDER = rx(r"Couldn't find any optimal provider|EFA libfabric provider not detected|fi_getinfo(?: failed)?:? ?-61|fi_getinfo\(\) call failed: No data available|Could not find a valid provider"
                r"|fi_getinfo: provider efa output empty list|No eligible providers were found"
                r"|No providers? (?:found|available)|OFI NCCL failure|Unable to find (?:a |any )?provider"
                r"|Unable to find a protocol that worked|Failed to initiali[sz]e (?:rdma|sendrecv) protocol",
-               needs=("rovider", "fi_getinfo", "OFI NCCL failure", "protocol"))
+               needs=("rovider", "fi_getinfo", "OFI NCCL failure", "protocol"))   # (the installer's check too)
 # aws-ofi-nccl running over libfabric's TCP (or UDP/sockets) provider: the plugin is loaded, but the wire is TCP
 _OFI_TCP = rx(r"(?i)NET/OFI Selected provider is (tcp|sockets|udp)\b", needs=("provider is",), fold=True)
 # NCCL found no network plugin (every generation: "No plugin found (libnccl-net.so)" up to 2.21 — with or without
@@ -176,7 +178,7 @@ class TransportParser(Parser):
                 "NCCL_IB_DISABLE", "platform", "FI_PROVIDER", "provider_filter", "optimal provider", "fi_getinfo",
                 "valid provider", "output empty list", "No provider", "OFI NCCL failure", "find a provider", "find any provider",
                 "eligible providers", "protocol that worked", "e rdma protocol", "e sendrecv protocol", "nNodes",
-                "No plugin found", "Could not find: ")
+                "No plugin found", "Could not find: ", "provider not detected")
     bulk_triggers = triggers   # (read line by line in bulk mode too: only the channel lines go chunk-wide)
 
     def __init__(self) -> None:

@@ -59,7 +59,10 @@ XID_TABLE: dict[int, tuple[str, str]] = {
 _ACTION_RANK = {"app": 0, "reset": 1, "drain": 2}
 _XID = rx(r"NVRM: Xid \((PCI:[^)]*)\): (\d+)(?:, pid=(\d+|'<unknown>'))?(?:, name=([^,]+))?(?:, (.*))?")
 _HOST = rx(r"^(?:\w{3}\s+\d+\s+[\d:]+\s+|\S+T[\d:.+-]+\s+)(\S+) kernel:")
-_ECC_RT = rx(r"uncorrectable ECC error encountered|ECC error detected.*uncorrectable")
+# the CUDA runtime's wording, and DCGM's diagnostic (dcgmi diag: "GPU 3 has uncorrectable memory errors and row
+# remappings are pending"; a table cell may wrap before "remappings")
+_ECC_RT = rx(r"uncorrectable ECC error encountered|ECC error detected.*uncorrectable|has uncorrectable memory errors"
+             r"|row remappings? (?:are )?pending|row remapping failure")
 _LOST = rx(r"GPU is lost|fallen off the bus|Unable to determine the device handle for GPU ?[0-9A-Fa-f:.]+: Unknown Error"
            r"|XidCriticalError: Xid=\d+")
 _INIT = rx(r"RmInitAdapter failed|rm_init_adapter failed|Cannot attach gpu")
@@ -74,7 +77,7 @@ _SMI = rx(r"^\s*(Pending|Remapping Failure Occurred|DRAM Uncorrectable|SRAM Unco
 
 class XidParser(Parser):
     name = "gpu_xid"
-    triggers = ("NVRM: Xid", "uncorrectable ECC error", "GPU is lost", "fallen off the bus", "Remapped Rows", "device handle",
+    triggers = ("NVRM: Xid", "uncorrectable ECC error", "uncorrectable memory errors", "row remapping", "GPU is lost", "fallen off the bus", "Remapped Rows", "device handle",
                 "XidCriticalError",
                 "Remapping Failure Occurred", "Uncorrectable", "Pending Page Blacklist", "RmInitAdapter", "rm_init_adapter",
                 "Cannot attach gpu", "NVIDIA-SMI", "0000:", "controller: NVIDIA", "lspci")

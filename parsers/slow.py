@@ -12,6 +12,7 @@ from parsers.collectors.nccl_tests import NCCL_TESTS_ROW, TYPE_TRIGGERS
 from parsers.slow_inspector import InspectorParser, busbw_facts
 from parsers.slow_pipeline import BubbleParser
 from parsers.slow_straggler import StragglerParser
+from parsers.slow_peers import PeerParser
 from parsers.slow_tables import PhaseTableParser
 from parsers.slow_timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT, LightningProfilerParser, MegatronTimerParser
 from parsers.slow_util import UtilParser, UtilSamplesParser
@@ -214,4 +215,5 @@ class CommProfileParser(Parser):
 
 
 PARSERS = (InputParser, StepTimingParser, MegatronTimerParser, LightningProfilerParser, UtilParser, UtilSamplesParser,
-           BusbwParser, CommProfileParser, InspectorParser, StragglerParser, BubbleParser, PhaseTableParser)
+           BusbwParser, CommProfileParser, InspectorParser, StragglerParser, BubbleParser, PhaseTableParser,
+           PeerParser)

@@ -1,0 +1,133 @@
+"""straggler from values that peers report side by side, whatever program printed them — one mechanism for three
+layouts:
+
+- a map on one line from peer to value: "node elapsed time are {2: 20.3, 3: 20.2, 0: 206.8, 1: 151.7}";
+- a table whose first column is the peer (rank, node, worker, host) under a header of column names: each numeric
+  column is compared across its rows ("rank  data_time  step_time" from a run analyser);
+- the same line printed by every worker at the same step, without its id: "Epoch[0] Batch [200] Speed: 816.11
+  samples/sec" beside two workers at 1317 (a throughput), grouped by the line's shape and its step numbers.
+
+A time (or latency) far above the peers' median, or a throughput far below it, makes a straggler; the median leaves
+room for a few slow peers, never for half of them."""
+from __future__ import annotations
+
+import re
+from statistics import median
+
+from core.models import Finding
+from parsers.base import Context, EvidenceBox, Hit, Parser, ranks_text, strip_prefixes
+
+TIME_SLOW = 1.5     # a peer's time this many times the median of its peers
+RATE_SLOW = 0.7     # a peer's throughput this fraction of the median or less
+MIN_PEERS = 3
+
+_MAP = re.compile(r"\{\s*(\d+\s*:\s*-?\d+(?:\.\d+)?(?:\s*,\s*\d+\s*:\s*-?\d+(?:\.\d+)?){2,})\s*,?\s*\}")
+_TIME_WORDS = ("time", "elapsed", "latency", "duration", "_s", "(s)", "ms")
+_RATE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(samples/s(?:ec)?|samples per second|tokens/s(?:ec)?|tok/s|img/s|"
+                   r"images/s(?:ec)?|sequences/s(?:ec)?)", re.I)
+_NUM = re.compile(r"-?\d+(?:\.\d+)?")
+_PEER_HEAD = re.compile(r"^\s*(rank|node|worker|host|gpu)\s+(\S.*)$", re.I)
+MAX_GROUPS = 4096
+
+
+def _time_like(text: str) -> bool:
+    low = text.lower()
+    return any(w in low for w in _TIME_WORDS)
+
+
+class PeerParser(Parser):
+    name = "slow_peers"
+    # (a peer table's header has its column names apart: "rank   data_time"; tqdm's it/s is a single process's)
+    triggers = ("{0:", "{1:", "{2:", "{3:", "rank  ", "node  ", "worker  ", "host  ", "rank\t", "node\t", "Rank  ",
+                "Node  ", "Worker  ", "samples/s", "samples per second", "tokens/s", "tok/s", "img/s", "images/s",
+                "sequences/s")
+    after = 40
+
+    def __init__(self) -> None:
+        super().__init__()
+        # slowdown, (peer kind, slow peers) or None, metric, line, text
+        self.best: tuple[float, tuple[str, list[int]] | None, str, int, str] | None = None
+        self.groups: dict[tuple, list[tuple[float, int, str]]] = {}
+        self.done_to = 0
+
+    def _offer(self, slowdown: float, peers: tuple[str, list[int]] | None, metric: str, no: int, text: str) -> None:
+        if self.best is None or slowdown > self.best[0]:
+            self.best = (slowdown, peers, metric, no, text)
+
+    def feed(self, hit: Hit) -> None:
+        t = strip_prefixes(hit.text)
+        if "{" in t and _time_like(t):
+            m = _MAP.search(t)
+            if m:
+                pairs = [p.split(":") for p in m.group(1).split(",")]
+                peer = "node" if "node" in t.lower() else "rank" if "rank" in t.lower() else "peer"
+                self._judge({int(k): float(v) for k, v in pairs}, peer, "elapsed time", hit.no, hit.text)
+                return
+        if hit.no > self.done_to and (h := _PEER_HEAD.match(t)):
+            self._table(hit, h)
+            return
+        r = _RATE.search(t)
+        if r and len(self.groups) < MAX_GROUPS:
+            shape = _NUM.sub("#", t[:r.start()]) + r.group(2)
+            steps = tuple(x for x in _NUM.findall(t[:r.start()]) if "." not in x)
+            if not steps:
+                return   # no step to line workers up by: one worker's series over time, not peers
+            self.groups.setdefault((shape, steps), []).append((float(r.group(1)), hit.no, hit.text))
+
+    def _table(self, hit: Hit, head: re.Match) -> None:
+        names = head.group(2).split()
+        rows: dict[int, list[float]] = {}
+        last = hit.no
+        for i, line in enumerate(hit.after):
+            cells = strip_prefixes(line).split()
+            if len(cells) != len(names) + 1 or not cells[0].isdigit() or not all(_NUM.fullmatch(c) for c in cells[1:]):
+                if rows:
+                    break
+                continue
+            rows[int(cells[0])] = [float(c) for c in cells[1:]]
+            last = hit.no + i + 1
+        self.done_to = last
+        if len(rows) < MIN_PEERS:
+            return
+        for k, name in enumerate(names):
+            if _time_like(name):
+                self._judge({p: v[k] for p, v in rows.items()}, head.group(1).lower(), name, hit.no, hit.text)
+
+    def _judge(self, values: dict[int, float], peer: str, metric: str, no: int, text: str) -> None:
+        """Times per peer: the peers far above the median (fewer than half of them) are the stragglers."""
+        if len(values) < MIN_PEERS:
+            return
+        med = median(values.values())
+        slow = sorted(p for p, v in values.items() if v >= TIME_SLOW * max(med, 1e-9) and v - med > 0.05)
+        if slow and 2 * len(slow) < len(values):
+            self._offer(max(values.values()) / max(med, 1e-9) - 1, (peer, slow), metric, no, text)
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        for (shape, _), vals in self.groups.items():
+            if len(vals) < MIN_PEERS:
+                continue
+            med = median(v for v, _, _ in vals)
+            low = min(vals)
+            if med > 0 and low[0] <= RATE_SLOW * med and sum(v <= RATE_SLOW * med for v, _, _ in vals) * 2 < len(vals):
+                unit = _RATE.search(strip_prefixes(low[2]))
+                self._offer(1 - low[0] / med, None, unit.group(2) if unit else "throughput", low[1], low[2])
+        if self.best is None:
+            return []
+        slowdown, peers, metric, no, text = self.best
+        self.ev.add(no, text)
+        pct = round(100 * slowdown, 1)
+        facts = {"detector": "peer_values", "metric": metric[:60], "slowdown_pct": pct}
+        if peers:
+            kind, ids = peers
+            if kind == "rank":
+                facts["slow_ranks"] = ids[:32]
+            title = (f"A straggler: {kind}(s) {ranks_text(ids)} take up to {pct:g}% longer than the median of their "
+                     f"peers ({metric[:40]})")
+        else:
+            title = (f"A straggler: one worker's throughput is {pct:g}% below its peers' median at the same step "
+                     f"({metric[:40]}; the line does not name the worker)")
+        return [Finding(symptom="straggler", rule="straggler.peer_values", title=title, severity="warning",
+                        confidence=0.6, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
+
+
+PARSERS = (PeerParser,)

@@ -1,0 +1,63 @@
+"""Stragglers from values peers report side by side: a peer -> time map on one line, a table whose first column is
+the peer, and the same line printed by every worker at one step. Near-misses: peers that agree, half of them slow
+(no single straggler), one worker's series over time, a tqdm bar."""
+
+
+def _first(d):
+    return (d.findings[0].symptom, d.findings[0].rule) if d.findings else None
+
+
+def test_a_peer_to_time_map_with_one_slow_node(run):
+    d = run("check 0: elapsed per node {0: 19.8, 1: 20.4, 2: 141.2, 3: 20.1}\n")
+    assert _first(d) == ("straggler", "straggler.peer_values")
+    assert "node(s) 2" in d.findings[0].title
+
+
+def test_a_peer_map_that_agrees_stays_quiet(run):
+    assert run("check 0: elapsed per node {0: 19.8, 1: 20.4, 2: 21.2, 3: 20.1}\n").findings == []
+
+
+def test_half_of_the_peers_slow_is_not_one_straggler(run):
+    assert run("round 2: node elapsed time {0: 19.8, 1: 60.4, 2: 61.2, 3: 20.1}\n").findings == []
+
+
+TABLE = """slowest ranks at step 88:
+     rank   data_time   step_time
+      {a}     {x}      51.220
+       12       0.031     388.010
+       13       0.027     388.100
+       14       0.022     388.020
+       15       0.019     388.040
+"""
+
+
+def test_a_rank_table_with_one_rank_far_behind_names_it(run):
+    d = run(TABLE.format(a=" 9", x="301.400"))
+    f = d.findings[0]
+    assert (f.symptom, f.rule) == ("straggler", "straggler.peer_values")
+    assert f.facts["slow_ranks"] == [9] and f.facts["metric"] == "data_time"
+
+
+def test_a_rank_table_whose_ranks_agree_stays_quiet(run):
+    assert run(TABLE.format(a=" 9", x="  0.030")).findings == []
+
+
+RATES = """Epoch[1] Batch [300]\tSpeed: 2211.40 samples/sec\tacc=0.93
+Epoch[1] Batch [300]\tSpeed: 2208.95 samples/sec\tacc=0.94
+Epoch[1] Batch [300]\tSpeed: {slow} samples/sec\tacc=0.93
+Epoch[1] Batch [300]\tSpeed: 2216.02 samples/sec\tacc=0.93
+"""
+
+
+def test_one_worker_slower_at_the_same_step_is_a_straggler(run):
+    assert _first(run(RATES.format(slow="1402.33"))) == ("straggler", "straggler.peer_values")
+
+
+def test_workers_within_a_few_percent_stay_quiet(run):
+    assert run(RATES.format(slow="2051.10")).findings == []
+
+
+def test_one_workers_throughput_over_time_is_not_a_peer_comparison(run):
+    # no step numbers to line the values up by: a series of one process (a slowdown, perhaps, not a straggler)
+    text = "".join(f"throughput: {v} samples/sec\n" for v in (2210.5, 2208.1, 1402.3, 2215.0))
+    assert run(text).findings == []
