@@ -21,7 +21,7 @@ from parsers.base import Context, EvidenceBox, Hit, Parser, strip_prefixes
 from parsers.slow_timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT
 
 _SPLIT = re.compile(r"\s*\|\s*|\s*\t\s*|\s{2,}")
-_CELL = re.compile(r"(-?\d+(?:\.\d+)?)\s*(%|us|ms|s|min)?")
+_CELL = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%|us|ms|s|min)?")
 _DATA = ("dataloader", "data_loader", "data loading", "data_loading", "load_data", "data_load", "read data",
          "get_train_batch", "train_dataloader_next", "fetch_batch", "next_data")
 _LIGHTNING = ("train_dataloader_next", "get_train_batch")
@@ -117,7 +117,9 @@ class PhaseTableParser(Parser):
         total = sum(t[0] for t in timed)
         if len(timed) >= MIN_ROWS and data and total > 0:
             top = max(data)
-            if top[0] >= max(t[0] for t in timed):
+            # the largest phase, beside at least two others that take time (a table cut short shares nothing)
+            others = sum(1 for t in timed if t is not top and t[0] >= 0.05 * top[0])
+            if top[0] >= max(t[0] for t in timed) and others >= 2:
                 share = round(100 * top[0] / total, 1)
                 if self.input is None or share > self.input[0]:
                     self.input = (share, top[3], top[1], top[2])

@@ -67,3 +67,20 @@ def test_a_times_only_profiler_report_led_by_the_batch_fetch_is_slow_input(run):
 
 def test_a_times_only_report_whose_batch_fetch_is_not_the_largest_phase_stays_quiet(run):
     assert run(TIMES_ONLY.format(g="0.1950", gt="0.975")).findings == []
+
+
+def test_a_times_only_report_with_exponent_cells_is_read_whole(run):
+    # "1.8537e-05" is a number: the table goes on past it, and the batch fetch is then a small share
+    text = ("Action   |  Mean duration (s)  |  Total time (s)\n"
+            "on_train_start   |  3.0016   |  3.0016\non_epoch_start   |  2.0003   |  2.0003\n"
+            "get_train_batch  |  0.0094   |  28.329\non_batch_start   |  1.8537e-05   |  0.0556\n"
+            "model_forward    |  0.0376   |  112.83\nmodel_backward   |  0.0258   |  77.455\n"
+            "optimizer_step   |  0.0247   |  74.201\n")
+    assert run(text).findings == []
+
+
+def test_a_table_cut_after_the_batch_fetch_shares_nothing(run):
+    text = ("Action   |  Mean duration (s)  |  Total time (s)\n"
+            "on_train_start   |  0.0016   |  0.0016\non_epoch_start   |  0.0003   |  0.0003\n"
+            "get_train_batch  |  0.0094   |  28.329\n")
+    assert run(text).findings == []
