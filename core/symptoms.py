@@ -81,7 +81,7 @@ _REGISTRY: tuple[Symptom, ...] = (
              "expected_links"), report=HARDWARE),
     Symptom("version_mismatch", "versions", "critical", 2, "Version mismatch", "버전 불일치",
             ("differing", "driver_supports_cuda", "missing", "cuda_detected", "cuda_torch_built", "driver",
-             "driver_cuda", "cuda", "nccl", "torch", "libfabric", "aws_ofi_nccl", "option")),
+             "driver_cuda", "cuda", "nccl", "torch", "libfabric", "aws_ofi_nccl", "option", "library")),
     Symptom("moe_imbalance", "moe", "warning", 12, "MoE expert load imbalance", "MoE expert 부하 불균형",
             ("cold_experts", F.DROP_RATE, "expert_counts", "hot_experts", "imbalanced_observations",
              F.MAX_DEVIATION, "max_min_ratio", "observations", "routing_metric", "routing_value"), report=ROUTING),

@@ -22,8 +22,23 @@ _RULES = (
     # means the Libfabric loaded at run time predates the one the plugin was compiled against
     ("ofi_libfabric", rx(r"Couldn't set (FI_OPT_\w+)\. RC: -92\b"),
      "aws-ofi-nccl was built against a newer Libfabric than the one loaded at run time"),
+    # the toolkit that builds an extension against the one PyTorch was built with: torch.utils.cpp_extension's check
+    # and DeepSpeed's op builder's ("Installed CUDA version 12.0 does not match the version torch was compiled with
+    # 11.7"); the version pair is what to read
     ("cuda_build", rx(r"detected CUDA version \(([\d.]+)\) mismatches the version that was used to compile PyTorch "
-                      r"\(([\d.]+)\)"), "The CUDA toolkit differs from the one PyTorch was built with"),
+                      r"\(([\d.]+)\)|Installed CUDA version ([\d.]+) does not match the version torch was compiled "
+                      r"with ([\d.]+)"), "The CUDA toolkit differs from the one PyTorch was built with"),
+    # a CUDA toolkit (nvcc) older than the GPU it compiles for, and a PyTorch build without kernels for this GPU
+    ("arch_unsupported", rx(r"nvcc fatal\s*:\s*Unsupported gpu architecture '(compute_\d+\w*)'"
+                            r"|Value '(sm_\d+\w*)' is not defined for option 'gpu-architecture'"
+                            r"|with CUDA capability (sm_\d+) is not compatible with the current PyTorch installation"
+                            r"|no kernel image is available for execution on the device"),
+     "The CUDA toolkit or the PyTorch build does not support this GPU's architecture"),
+    # a compiled extension (a DeepSpeed op, flash-attn, apex, a JIT-built torch extension) that references a symbol the
+    # loaded libraries lack: it was built against another PyTorch or CUDA than the one it is loaded with
+    ("extension_abi", rx(r"ImportError: (\S+\.so(?:\.\d+)*): undefined symbol: (\S+)"
+                         r"|OSError: (\S+\.so(?:\.\d+)*): undefined symbol: (\S+)"),
+     "A compiled extension was built against a different PyTorch or CUDA than the one it is loaded with"),
 )
 
 
@@ -33,7 +48,9 @@ class VersionParser(Parser):
                 "Error 804", "Error 803", "not supported in the installed CUDA driver", "undefined symbol: nccl", "symbol:%20nccl",
                 "version `NCCL", "mismatches the version that was used to compile", "Driver/library version mismatch",
                 "unsupported display driver", "cudaErrorInsufficientDriver", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-                "Couldn't set FI_OPT_")
+                "Couldn't set FI_OPT_", "does not match the version torch was compiled", "Unsupported gpu architecture",
+                "is not defined for option 'gpu-architecture'", "is not compatible with the current PyTorch installation",
+                "no kernel image is available", "undefined symbol: ")
     after = 1  # the CUDA build check's message wraps after "compile"; read it with the next line
 
     def __init__(self) -> None:
@@ -57,8 +74,14 @@ class VersionParser(Parser):
             elif rule == "ofi_libfabric":
                 self.facts.setdefault("option", m.group(1))
             elif rule == "cuda_build":
-                self.facts.setdefault("cuda_detected", m.group(1))
-                self.facts.setdefault("cuda_torch_built", m.group(2))
+                self.facts.setdefault("cuda_detected", m.group(1) or m.group(3))
+                self.facts.setdefault("cuda_torch_built", m.group(2) or m.group(4))
+            elif rule == "arch_unsupported" and (m.group(1) or m.group(2) or m.group(3)):
+                self.facts.setdefault("missing", m.group(1) or m.group(2) or m.group(3))
+            elif rule == "extension_abi":
+                # (a paste in Markdown wraps it in ** or backticks)
+                self.facts.setdefault("missing", (m.group(2) or m.group(4)).strip("*`'\"")[:120])
+                self.facts.setdefault("library", (m.group(1) or m.group(3)).rsplit("/", 1)[-1].strip("*`'\"")[:120])
             return
 
     def finish(self, ctx: Context) -> list[Finding]:
