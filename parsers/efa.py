@@ -168,6 +168,9 @@ _OFI_TCP = rx(r"(?i)NET/OFI Selected provider is (tcp|sockets|udp)\b", needs=("p
 _NO_PLUGIN = rx(r"NET/Plugin ?: (?:dlerror=.*?)?No plugin found \((libnccl-net[^)]*)\)"
                 r"|NET/Plugin: Could not find: (?:\S+ )*?(libnccl-net[\w.-]*?)\.? Using internal")
 _NNODES = rx(r"\bnNodes (\d+)\b", needs=("nNodes",))
+# a line labelled with its node's address by a multi-node launcher (DeepSpeed's pdsh runner: "10.0.3.7: host:pid:tid
+# [3] NCCL INFO …"); DeepSpeed launches one node without pdsh
+_NODE_LABEL = rx(r"^(\d{1,3}(?:\.\d{1,3}){3}): [A-Za-z0-9][\w.-]*:\d+:\d+ \[\d+\]")
 _EFA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200")
 
 
@@ -197,6 +200,7 @@ class TransportParser(Parser):
         self.ofi_tcp = 0   # lines where aws-ofi-nccl picked a TCP-type libfabric provider
         self.net_channels = 0   # "via NET/Socket" channel lines: NCCL only uses a NET transport between nodes
         self.nodes: int | None = None
+        self.labelled_nodes: set[str] = set()   # node addresses a multi-node launcher put in front of lines
         self.no_plugin: tuple[int, str, str] | None = None   # (line, text, library) of "no network plugin"
         self.efa = False   # aws-ofi-nccl picked libfabric's efa provider
         self.gdr = gdr.GdrWatch()   # the plugin's channel lines, chunk-wide: GPUDirect RDMA or not
@@ -216,6 +220,8 @@ class TransportParser(Parser):
                 self.no_plugin = (hit.no, t, p.group(1) or p.group(2))
                 return
         h = host_of(t)
+        if t[:1].isdigit() and (lab := search(_NODE_LABEL, t)):
+            self.labelled_nodes.add(lab.group(1))
         n = search(_NNODES, t)
         if n:
             self.nodes = max(self.nodes or 0, int(n.group(1)))
@@ -293,7 +299,7 @@ class TransportParser(Parser):
         family = str(ctx.job.get("instance_family", ""))
         if family in _EFA_FAMILIES:
             reasons.add("efa_instance")
-        if len(ctx.hosts | self.socket_hosts) > 1 or self.net_channels or (self.nodes or 0) > 1:
+        if len(ctx.hosts | self.socket_hosts) > 1 or self.net_channels or (self.nodes or 0) > 1 or self.labelled_nodes:
             reasons.add("multi_node")
         if ctx.world_size and ctx.world_size > 8:
             reasons.add("multi_node")

@@ -57,6 +57,21 @@ def _comm_share(b: dict[str, float]) -> float | None:
     return min(1.0, (old + core) / total) if total > 0 else None
 
 
+OPTIMIZER_BAD_PCT = 50.0   # the optimizer step holding over half of each step
+
+
+def _optimizer_share(b: dict[str, float]) -> float | None:
+    """The share of one report's step spent in the optimizer step (DeepSpeed's step against forward + backward +
+    step; Megatron's optimizer against forward-backward + optimizer), or None when it does not say."""
+    if "ds_step" in b and ("ds_forward" in b or "ds_backward" in b):
+        total = b.get("ds_forward", 0.0) + b.get("ds_backward", 0.0) + b["ds_step"]
+        return b["ds_step"] / total if total > 0 else None
+    if "optimizer" in b and "forward-backward" in b:
+        total = b["forward-backward"] + b["optimizer"]
+        return b["optimizer"] / total if total > 0 else None
+    return None
+
+
 class MegatronTimerParser(Parser):
     name = "megatron_timers"
     triggers = ("batch-generator", "forward-backward", "forward-compute", "backward-compute", "all-grads-sync",
@@ -76,6 +91,8 @@ class MegatronTimerParser(Parser):
         self.minmax: dict[str, tuple[float, float]] = {}   # the block's (min, max) across ranks, where printed
         self.spreads: list[tuple[float, int, str]] = []    # compute (max / min - 1), per report without pipelining
         self.compute_line: tuple[int, str] = (0, "")
+        self.opt: list[tuple[float, int, str]] = []      # optimizer step / whole step, per report
+        self.first: tuple[int, str] | None = None         # the report's first line
 
     def _close(self) -> None:
         b = self.block
@@ -85,18 +102,23 @@ class MegatronTimerParser(Parser):
         share = _comm_share(b)
         if share is not None and self.line:
             self.comm.append((share, *self.line))
+        opt = _optimizer_share(b)
+        if opt is not None and self.first:
+            self.opt.append((opt, *self.first))
         mm = self.minmax
         if "forward-compute" in mm and "backward-compute" in mm and not any(n in b for n in _P2P):
             low, high = (mm["forward-compute"][i] + mm["backward-compute"][i] for i in (0, 1))
             if low > 0:
                 self.spreads.append((high / low - 1, *self.compute_line))
         self.block, self.bg_line, self.line, self.line_value, self.minmax = {}, None, None, -1.0, {}
+        self.first = None
 
     def feed(self, hit: Hit) -> None:
         for m in findall(_TIMER, hit.text):
             name = _DS.get(m.group(1), m.group(1))
             if name in self.block:
                 self._close()
+            self.first = self.first or (hit.no, hit.text)
             self.block[name] = float(m.group(3) or m.group(4))
             if m.group(2) and name in ("forward-compute", "backward-compute"):
                 self.minmax[name] = (float(m.group(2)), float(m.group(3)))
@@ -110,7 +132,24 @@ class MegatronTimerParser(Parser):
 
     def finish(self, ctx: Context) -> list[Finding]:
         self._close()
-        return [*self._input(), *self._slow_comm(), *self._straggler(ctx)]
+        return [*self._input(), *self._slow_comm(), *self._straggler(ctx), *self._optimizer_bound()]
+
+    def _optimizer_bound(self) -> list[Finding]:
+        """The optimizer step taking most of every step (CPU Adam under optimizer offload, or an optimizer that waits
+        on host memory): the GPUs sit idle meanwhile."""
+        reports = self.opt[1:] if len(self.opt) >= 3 else self.opt
+        if not reports:
+            return []
+        share = round(100 * median(r[0] for r in reports), 1)
+        if share <= OPTIMIZER_BAD_PCT:
+            return []
+        ev = EvidenceBox()
+        ev.add(*max(reports)[1:])
+        title = (f"The optimizer step takes {share:g}% of each step in the training timers over {len(reports)} "
+                 "report(s): the GPUs wait for it (an optimizer offloaded to the CPU does this)")
+        return [Finding(symptom="low_gpu_util", rule="low_gpu_util.optimizer_bound", title=title, severity="warning",
+                        confidence=0.65, evidence=ev.items, facts={"optimizer_share_pct": share,
+                                                                   "readings": len(reports)}, first_line=ev.first())]
 
     def _straggler(self, ctx: Context) -> list[Finding]:
         """Megatron's (min, max) compute timers: one rank (or tensor-parallel group) computing far longer than the

@@ -32,8 +32,10 @@ _CSV_HEAD = rx(r"utilization\.gpu \[%\]")
 _DCGM_HEAD = rx(r"^#Entity\s+(?:\w+\s+)*?SMACT\b")
 # nvidia-smi's default table, the row under each GPU's name: "| N/A 44C P0 72W / 300W | 5484MiB / 16130MiB | 0% Default |"
 # (older and newer drivers space it differently); the GPU's index opens the row above it ("|   0  Tesla V100-SXM2…")
-_SMI_ROW = rx(r"^\|\s*(?:N/A|\d+%)\s+-?\d+C\s+P\d+\s+(?:\S+\s+)?(?:N/A|\d+W)\s*/\s*(?:N/A|\d+W)\s*\|\s*\d+MiB\s*/\s*\d+MiB"
+_SMI_ROW = rx(r"^\|\s*(?:N/A|\d+%)\s+-?\d+C\s+P\d+\s+(?:\S+\s+)?(N/A|\d+W)\s*/\s*(N/A|\d+W)\s*\|\s*(\d+)MiB\s*/\s*\d+MiB"
               r"\s*\|\s*(\d+)%", needs=("MiB /",))
+IDLE_PCT, BUSY_PCT = 5.0, 50.0      # one snapshot: an idle GPU beside a busy one ...
+IDLE_POWER, HELD_MIB = 0.35, 1024   # ... drawing little of its power cap while it holds a job's memory
 _SMI_GPU = rx(r"^\|\s+(\d+)\s+\S")
 SM_ACTIVE_LOW_PCT = 50.0   # DCGM's SM activity: under 0.5 its own guidance calls the GPU ineffectively used
 
@@ -130,7 +132,9 @@ class UtilSamplesParser(Parser):
         self.gpus: set[str] = set()
         self.head: tuple[int, str] | None = None
         self.dcgm = False   # the samples are DCGM's SM activity (judged against its own, lower bar)
+        self.idle: tuple[list[str], int, int, str] | None = None   # one snapshot's idle GPUs, its size, a line
         self.smi: list[tuple[float, str | None, int, str]] = []   # nvidia-smi table rows: util, GPU index, line
+        self.smi_power: list[tuple[float | None, int]] = []        # the same rows: power / cap, MiB in use
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
@@ -141,7 +145,10 @@ class UtilSamplesParser(Parser):
             m = search(_SMI_ROW, t)
             if m and len(self.smi) < 10_000:
                 g = search(_SMI_GPU, hit.before[-1]) if hit.before else None
-                self.smi.append((float(m.group(1)), g.group(1) if g else None, hit.no, t))
+                self.smi.append((float(m.group(4)), g.group(1) if g else None, hit.no, t))
+                watts = [float(w[:-1]) if w != "N/A" else None for w in (m.group(1), m.group(2))]
+                self.smi_power.append((watts[0] / watts[1] if watts[0] is not None and watts[1] else None,
+                                       int(m.group(3))))
             return
         if search(_DMON_HEAD, t):
             col, split = t.lstrip("#").split().index("sm"), str.split
@@ -189,15 +196,36 @@ class UtilSamplesParser(Parser):
         sample without the GPU's name above it), not when they are one snapshot of each GPU (which tells what the
         GPUs did at one instant, perhaps between two jobs)."""
         gpus = {g for _, g, _, _ in self.smi}
-        if len(self.smi) < 3 or (None not in gpus and len(self.smi) <= len(gpus)):
+        if self.smi and None not in gpus and len(self.smi) <= len(gpus):
+            self._snapshot()
+            return
+        if len(self.smi) < 3:
             return
         if not self.samples:
             self.head = (self.smi[0][2], self.smi[0][3])
         self.samples.extend(u for u, _, _, _ in self.smi)
         self.gpus |= {g for g in gpus if g is not None} or {"?"}
 
+    def _snapshot(self) -> None:
+        """One nvidia-smi snapshot of each GPU: GPUs that hold a job's memory but sit idle at low power while
+        another GPU of the same job is busy (one rank doing the work, or the others waiting on it) — at least as many
+        idle as busy, so a GPU caught between two kernels does not count."""
+        rows = [(u, p, mib, g, no, t) for (u, g, no, t), (p, mib) in zip(self.smi, self.smi_power)]
+        busy = [r for r in rows if r[0] >= BUSY_PCT]
+        idle = [r for r in rows if r[0] <= IDLE_PCT and r[2] >= HELD_MIB and r[1] is not None and r[1] <= IDLE_POWER]
+        if busy and len(idle) >= len(busy):
+            self.idle = (sorted(r[3] for r in idle), len(rows), idle[0][4], idle[0][5])
+
     def finish(self, ctx: Context) -> list[Finding]:
         self._smi_samples()
+        if self.idle and not self.samples:
+            ids, n, no, text = self.idle
+            self.ev.add(no, text)
+            title = (f"GPU(s) {', '.join(ids)} hold memory but sit idle at low power while another GPU of the job is "
+                     f"busy ({len(ids)} of {n} GPUs in the nvidia-smi snapshot)")
+            return [Finding(symptom="low_gpu_util", rule="low_gpu_util.idle_gpus", title=title, severity="warning",
+                            confidence=0.55, evidence=self.ev.items, facts={"gpus": n, "samples": n},
+                            first_line=self.ev.first())]
         # an idle GPU (every sample 0) is no job at all, not an underused one
         if len(self.samples) < 3 or not any(self.samples) or self.head is None:
             return []

@@ -53,3 +53,16 @@ def test_the_socket_start_up_line_beside_net_ib_is_not_a_fallback(run):
 def test_a_host_that_says_it_uses_the_socket_network_is_still_a_fallback(run):
     text = OLD_NCCL + "worker-1:41:312 [0] NCCL INFO Using network Socket\n"
     assert _symptoms(run(text))[:1] == ["tcp_fallback"]
+
+
+PDSH = ("{label}gpu-node7:148969:148969 [3] NCCL INFO NET/Socket : Using [0]enp161s0f0:10.8.3.17<0> "
+        "[1]br-a29d90e213e7:192.168.203.1<0>\n{label}gpu-node7:148969:148969 [3] NCCL INFO Using network Socket\n")
+
+
+def test_a_node_address_label_from_a_multi_node_launcher_makes_sockets_a_fallback(run):
+    # DeepSpeed's pdsh runner labels every line with its node; it only runs that way on several nodes
+    assert _symptoms(run(PDSH.format(label="10.8.3.17: ")))[:1] == ["tcp_fallback"]
+
+
+def test_the_same_lines_without_the_label_on_one_node_stay_quiet(run):
+    assert run(PDSH.format(label="")).findings == []

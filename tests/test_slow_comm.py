@@ -126,3 +126,21 @@ def test_deepspeed_timer_names_old_and_new_per_micro_step_and_per_step(run, line
 
 def test_a_step_counter_beside_no_allreduce_timer_is_not_read(run):
     assert run("step: 100 | loss: 2.31 | forward: 10.0 | backward: 30.0\n" * 3).findings == []
+
+
+def _ds_timers(step_ms):
+    return "".join(f"[2024-05-01 10:0{i}:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | forward: 380.10 | "
+                   f"backward: 861.20 | backward_inner: 805.00 | backward_allreduce: 56.20 | step: {step_ms}\n"
+                   for i in range(4))
+
+
+def test_an_optimizer_step_that_takes_most_of_the_step_leaves_the_gpus_idle(run):
+    d = run(_ds_timers("21880.40"))
+    f = d.findings[0]
+    assert (f.symptom, f.rule) == ("low_gpu_util", "low_gpu_util.optimizer_bound")
+    assert f.facts["optimizer_share_pct"] == 94.6
+    assert f.steps[0].id == "low_gpu_util.optimizer_offload"
+
+
+def test_an_ordinary_optimizer_step_stays_quiet(run):
+    assert run(_ds_timers("120.40")).findings == []

@@ -96,8 +96,8 @@ def test_a_repeated_header_does_not_count_its_rows_twice(run):
     assert run((DMON + rows) * 3).findings[0].facts["samples"] == 12
 
 
-def _smi_rows(utils, watts=(70, 205)):
-    return "".join(f"| N/A   45C    P0   {watts[u > 0]}W / 300W |   6110MiB / 32510MiB |     {u}%      Default |\n"
+def _smi_rows(utils, watts=(70, 205), mib=6110):
+    return "".join(f"| N/A   45C    P0   {watts[u > 0]}W / 300W |   {mib:>4}MiB / 32510MiB |     {u}%      Default |\n"
                    for u in utils)
 
 
@@ -112,7 +112,22 @@ def test_busy_nvidia_smi_rows_stay_quiet(run):
     assert run(_smi_rows([97, 99, 100, 96, 98])).findings == []
 
 
+def _snapshot(utils, mib):
+    return "".join(f"|   {i}  Tesla V100-SXM2-32GB        On   | 00000000:1{i}:00.0 Off |                    0 |\n"
+                   + _smi_rows([u], mib=mib if u == 0 else 6110) for i, u in enumerate(utils))
+
+
 def test_one_nvidia_smi_snapshot_of_each_gpu_is_not_a_utilisation_series(run):
-    rows = "".join(f"|   {i}  Tesla V100-SXM2-32GB        On   | 00000000:1{i}:00.0 Off |                    0 |\n"
-                   + _smi_rows([u]) for i, u in enumerate([0, 0, 100, 0]))
-    assert run(rows).findings == []
+    # idle GPUs that hold no memory are not part of the job: nothing to say about one instant
+    assert run(_snapshot([0, 0, 100, 0], mib=3)).findings == []
+
+
+def test_a_snapshot_with_gpus_holding_memory_but_idle_beside_a_busy_one(run):
+    d = run(_snapshot([0, 0, 100, 0], mib=4770))
+    f = d.findings[0]
+    assert (f.symptom, f.rule) == ("low_gpu_util", "low_gpu_util.idle_gpus")
+    assert "GPU(s) 0, 1, 3" in f.title and f.facts["gpus"] == 4
+
+
+def test_a_snapshot_with_one_gpu_between_kernels_among_busy_ones_stays_quiet(run):
+    assert run(_snapshot([97, 0, 100, 99], mib=4770)).findings == []
