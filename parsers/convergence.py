@@ -36,8 +36,12 @@ _TERM_NAN = rx(r"(?i)(?:([\w./-]*loss[\w./-]*)['\"]?\s*[:=]\s*['\"]?(?:tensor\()
                needs=("nan", "inf"), fold=True)   # ~0.6 ms a line: run only where it can match
 _BOUND_KEY = ("best", "min", "max", "prev", "scale", "lowest")
 _NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)", needs=("nan iterations",))
-_SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to)\s*([\d.]+)")
-_SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum")
+# The scale after an overflow, as DeepSpeed/apex ("reducing to"), Megatron ("reducing loss scale to") and fairseq
+# ("overflow detected, setting loss scale to: X") print it; the minimum as DeepSpeed/apex and fairseq say it
+_SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to|overflow detected, setting loss scale to:?)\s*"
+                 r"(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+_SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum"
+                r"|Minimum loss scale reached")
 
 
 def _str(text) -> str:
@@ -51,7 +55,8 @@ _SKIP = ("validation", "eval_", "eval ", "val_loss", "val loss", "test loss", "t
 class LossParser(Parser):
     Options = SpikeThresholds
     name = "loss"
-    triggers = ("loss", "Loss", "LOSS", "grad norm", "grad_norm", "OVERFLOW", "Gradient overflow", "nan iterations")
+    triggers = ("loss", "Loss", "LOSS", "grad norm", "grad_norm", "OVERFLOW", "Gradient overflow", "nan iterations",
+                "overflow detected")
     after = 3
     # A plain Megatron log: iteration lines are read chunk-wide; scale and overflow lines still line by line.
     bulk = re.compile(rb"iteration\s+(\d+)\s*/([^\n]*)")

@@ -63,7 +63,7 @@ _HOST = rx(r"^(?:\w{3}\s+\d+\s+[\d:]+\s+|\S+T[\d:.+-]+\s+)(\S+) kernel:")
 # remappings are pending"; a table cell may wrap before "remappings")
 _ECC_RT = rx(r"uncorrectable ECC error encountered|ECC error detected.*uncorrectable|has uncorrectable memory errors"
              r"|row remappings? (?:are )?pending|row remapping failure")
-_LOST = rx(r"GPU is lost|fallen off the bus|Unable to determine the device handle for GPU ?[0-9A-Fa-f:.]+: Unknown Error"
+_LOST = rx(r"GPU is lost|fallen off the bus|Reset required \[NV_ERR_RESET_REQUIRED\]|Unable to determine the device handle for GPU ?[0-9A-Fa-f:.]+: Unknown Error"
            r"|XidCriticalError: Xid=\d+")
 _INIT = rx(r"RmInitAdapter failed|rm_init_adapter failed|Cannot attach gpu")
 # a GPU the PCI bus still shows but nvidia-smi no longer lists: one nvidia-smi table against lspci's count
@@ -77,7 +77,7 @@ _SMI = rx(r"^\s*(Pending|Remapping Failure Occurred|DRAM Uncorrectable|SRAM Unco
 
 class XidParser(Parser):
     name = "gpu_xid"
-    triggers = ("NVRM: Xid", "uncorrectable ECC error", "uncorrectable memory errors", "row remapping", "GPU is lost", "fallen off the bus", "Remapped Rows", "device handle",
+    triggers = ("NVRM: Xid", "NV_ERR_RESET_REQUIRED", "uncorrectable ECC error", "uncorrectable memory errors", "row remapping", "GPU is lost", "fallen off the bus", "Remapped Rows", "device handle",
                 "XidCriticalError",
                 "Remapping Failure Occurred", "Uncorrectable", "Pending Page Blacklist", "RmInitAdapter", "rm_init_adapter",
                 "Cannot attach gpu", "NVIDIA-SMI", "0000:", "controller: NVIDIA", "lspci")

@@ -21,6 +21,9 @@ _BARRIER = rx(r"store based barrier on rank: (\d+).*?world_size=(\d+), worker_co
 _CONNECT = rx(r"client socket has timed out after (\d+)ms while trying to connect to \(([^,\s]+), (\d+)\)")
 _STORE = rx(r"is setting up NCCL communicator and retrieving ncclUniqueId from \[(\d+)\].*?(?:Socket Timeout|timed out|Timeout)")
 # a TCPStore get/wait that ran out: "Socket Timeout" before PyTorch 2.5, "wait timeout after <ms>ms, keys: ..." since
+# gloo's transport (gloo/transport/tcp/unbound_buffer.cc, pair.cc): a collective or barrier on the gloo backend whose
+# peer never sent or received within the process group's timeout
+_GLOO = rx(r"Timed out waiting (\d+) ?ms for (recv|send) operation to complete", needs=("Timed out waiting",))
 _STORE_WAIT = rx(r"(?:DistStoreError|RuntimeError): (?:Socket Timeout|[Ww]ait timeout after (\d+) ?ms)")
 _CHECK_TIMEOUT = "WorkNCCL::checkTimeout"   # a C++ frame only the watchdog's timeout exception carries
 _TS = rx(r"\[[EFWI](\d{3,4}) (\d\d:\d\d:\d\d(?:\.\d+)?)|^(?:\S+\s+)?(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?)")
@@ -52,6 +55,7 @@ class TimeoutParser(Parser):
                 "Heartbeat monitor timed out", "watchdog got stuck", "communicator was aborted", "store based barrier", "client socket has timed out",
                 "clients joined", "retrieving ncclUniqueId", "exitcode", "Root Cause (first observed failure)",
                 "operations have failed or timed out", "Socket Timeout", "ait timeout after", "workers joined",
+                "Timed out waiting",
                 _CHECK_TIMEOUT)
     before = 4
     after = 2
@@ -121,6 +125,13 @@ class TimeoutParser(Parser):
             r.kinds.add("watchdog")
             r.seq = r.seq if r.seq is not None else int(m.group(1))
             r.enqueued, r.completed = int(m.group(2)), int(m.group(3))
+            matched = True
+        m = search(_GLOO, t)
+        if m:
+            r = self._rec(rank, hit.no)
+            r.kinds.add("gloo")
+            r.op = r.op or f"gloo {m.group(2)}"
+            r.timeout_ms = int(m.group(1))
             matched = True
         m = search(_HEARTBEAT, t)
         if m:
@@ -256,6 +267,7 @@ class TimeoutParser(Parser):
         if ctx.world_size:
             f["world_size"] = ctx.world_size
         rule = ("nccl_timeout.watchdog" if "watchdog" in kinds else "nccl_timeout.heartbeat" if "heartbeat" in kinds
+                else "nccl_timeout.gloo" if "gloo" in kinds
                 else "nccl_timeout.store" if self.store_root is not None or self.connect or self.store_wait
                 else "nccl_timeout.barrier")
         return Finding(symptom="nccl_timeout", rule=rule, title=self._title(f, rule), severity="critical",

@@ -11,7 +11,7 @@ _KINDS = (
     ("allocator", rx(r"OutOfMemoryError|CUDA out of memory\.|Error: CUDA out of memory"
                      r"|^\W*Tried to allocate [\d.]+ ?[KMGT]i?B \(GPU \d+; [\d.]+ ?[KMGT]i?B total capacity")),
     ("nccl", rx(r"Cuda failure '?out of memory")),
-    ("runtime", rx(r"CUDA error: ?out of memory|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL.*out of memory"
+    ("runtime", rx(r"CUDA error: ?out of memory|Out of memory error on GPU \d+\.|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL.*out of memory"
                    r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
     ("cublas", rx(r"CUBLAS_STATUS_ALLOC_FAILED")),
     # cuBLAS failing to create its handle: its workspace allocation on a full GPU (a bad install is the other cause)
@@ -67,7 +67,7 @@ def _gib(m, i: int) -> float | None:
 
 class OomParser(Parser):
     name = "cuda_oom"
-    triggers = ("out of memory", "Tried to allocate", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "CUDA_ERROR_OUT_OF_MEMORY",
+    triggers = ("out of memory", "Out of memory error on GPU", "Tried to allocate", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "CUDA_ERROR_OUT_OF_MEMORY",
                 "cudaErrorMemoryAllocation", "cublasCreate", "Create cublas handle")
     before = 12
     after = 12

@@ -67,17 +67,26 @@ class InputParser(Parser):
                         first_line=self.ev.first())]
 
 
-# (data key, step key, whether the step time already includes the data time)
-_TIMING = rx(r"(?i)\b(load_data_time|data_load_time|data_time|data_s|data)\s*[:=]\s*(\d+(?:\.\d+)?)")
-_STEP = rx(r"(?i)(?<![\w.])(train_step_time|step_time|compute_time|updt_s|batch_time|iter_time|time)\s*[:=]\s*"
+# The data key and the step key, in the spellings trainers use (mmengine/mmcv data_time + time, Paddle reader_cost /
+# data_cost + batch_cost, torchvision-style data + time, DALI/timm load_data_time, ...), key: value or key=value; a
+# step key whose time already includes the data time is "inclusive" below
+_TIMING = rx(r"(?i)\b(load_data_time|data_load_time|data_loading_time|dataloader_time|data_time|data_cost|reader_cost"
+             r"|data_s|data)\s*[:=]\s*(\d+(?:\.\d+)?)")
+_STEP = rx(r"(?i)(?<![\w.])(train_step_time|step_time|compute_time|updt_s|batch_time|batch_cost|iter_time|time)\s*[:=]\s*"
            r"(\d+(?:\.\d+)?)")
+_INCLUSIVE = ("time", "batch_time", "iter_time", "batch_cost")
+# A short paste (people paste the two or three lines around the event) is judged on its own, with a higher bar the
+# fewer steps it shows: (steps read, input share that counts)
+SHORT_PASTE_PCT = {1: 75.0, 2: 50.0}
+_ITER_KEY = rx(r"(?i)\biter(?:ation)?\s*[:=]\s*(\d+)")   # Paddle's "iter: 20" (before its "epoch: [1/500]")
 _ITER = rx(r"(?i)\biter\w*\W{0,3}(\d+)\s*/\s*\d+|\[\s*(\d+)\s*/\s*\d+\]")
 MIN_STEPS = 3
 
 
 class StepTimingParser(Parser):
     name = "slow_input_steps"
-    triggers = ("data_time", "load_data_time", "data_load_time", "data: ", "data_s:")
+    triggers = ("data_time", "load_data_time", "data_load_time", "data_loading_time", "dataloader_time", "data_cost",
+                "reader_cost", "data: ", "data_s:")
 
     def __init__(self) -> None:
         super().__init__()
@@ -85,6 +94,7 @@ class StepTimingParser(Parser):
         self.iters: list[int | None] = []
         self.first_line: tuple[int, str] = (0, "")
         self.worst: tuple[float, int, str] | None = None
+        self.lines: list[tuple[int, str]] = []   # the first two readings' lines (a short paste's evidence)
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
@@ -93,17 +103,22 @@ class StepTimingParser(Parser):
         if not st or st.start() == d.start():
             return
         dv, sv = float(d.group(2)), float(st.group(2))
-        inclusive = st.group(1).lower() in ("time", "batch_time", "iter_time")
+        inclusive = st.group(1).lower() in _INCLUSIVE
         total = sv if inclusive else sv + dv
         if total <= 0 or dv > total:
             return
         if not self.readings:
             self.first_line = (hit.no, t)
+        if len(self.lines) < 2:
+            self.lines.append((hit.no, t))
         self.readings.append((dv, total))
-        it = search(_ITER, t)
-        self.iters.append(int(it.group(1) or it.group(2)) if it else None)
+        it = search(_ITER_KEY, t) or search(_ITER, t)
+        self.iters.append(int(next(g for g in it.groups() if g is not None)) if it else None)
         if len(self.readings) > 1 and (self.worst is None or dv / total > self.worst[0]):
             self.worst = (dv / total, hit.no, t)
+
+    def _short(self) -> list[Finding]:
+        return _short_paste_finding(self)
 
     def _warm_up(self) -> int:
         """How many leading readings to leave out: the first logged step also waits for the workers to start and
@@ -114,6 +129,8 @@ class StepTimingParser(Parser):
         return 1
 
     def finish(self, ctx: Context) -> list[Finding]:
+        if len(self.readings) in SHORT_PASTE_PCT:
+            return self._short()
         if len(self.readings) < MIN_STEPS or self.worst is None:
             return []
         skip = self._warm_up()
@@ -131,6 +148,29 @@ class StepTimingParser(Parser):
                  f"{self.steps} logged steps")
         return [Finding(symptom="slow_input", rule="slow_input.step_timing", title=title, severity="warning",
                         confidence=0.75, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
+
+
+def _short_paste_finding(parser: "StepTimingParser") -> list[Finding]:
+    """One or two steps pasted: no warm-up is left out (there is nothing to compare it with), so only a share that no
+    first step explains counts — and not at all when the one step shown is a run's or an epoch's first."""
+    first = 1 if parser.iters[0] in (0, 1) else 0   # a run's or an epoch's first step waits for the workers
+    readings, lines = parser.readings[first:], parser.lines[first:]
+    n = len(readings)
+    if not n:
+        return []
+    data, total = (sum(r[i] for r in readings) for i in (0, 1))
+    share = round(100 * data / total, 1) if total else 0.0
+    if share < SHORT_PASTE_PCT[n]:
+        return []
+    worst = max(range(n), key=lambda i: readings[i][0] / readings[i][1])
+    no, text = lines[worst]
+    parser.ev.add(no, text)
+    facts = {"input_share_pct": share, "steps_read": n,
+             "worst_step_input_pct": round(100 * readings[worst][0] / readings[worst][1], 1)}
+    title = (f"The step waits on input data: data loading takes {share:g}% of the step time in the {n} logged "
+             f"step{'s' if n > 1 else ''} shown")
+    return [Finding(symptom="slow_input", rule="slow_input.step_timing", title=title, severity="warning",
+                    confidence=0.6, evidence=parser.ev.items, facts=facts, first_line=parser.ev.first())]
 
 
 # slow_comm: the collectives run far below what the fabric carries — nccl-tests bus bandwidth at large messages

@@ -213,6 +213,8 @@ class UtilSamplesParser(Parser):
         rows = [(u, p, mib, g, no, t) for (u, g, no, t), (p, mib) in zip(self.smi, self.smi_power)]
         busy = [r for r in rows if r[0] >= BUSY_PCT]
         idle = [r for r in rows if r[0] <= IDLE_PCT and r[2] >= HELD_MIB and r[1] is not None and r[1] <= IDLE_POWER]
+        # (every GPU idle that way is no evidence: a loaded model waiting for requests, or a job between phases,
+        # looks the same in one snapshot — tests/corpus wave5's H100 case)
         if busy and len(idle) >= len(busy):
             self.idle = (sorted(r[3] for r in idle), len(rows), idle[0][4], idle[0][5])
 

@@ -120,6 +120,12 @@ def _snapshot(utils, mib):
 def test_one_nvidia_smi_snapshot_of_each_gpu_is_not_a_utilisation_series(run):
     # idle GPUs that hold no memory are not part of the job: nothing to say about one instant
     assert run(_snapshot([0, 0, 100, 0], mib=3)).findings == []
+    assert run(_snapshot([0, 0, 0, 0], mib=3)).findings == []
+
+
+def test_a_snapshot_where_every_gpu_holds_memory_but_idles_is_no_evidence(run):
+    # a loaded model waiting for requests looks the same: one instant cannot tell
+    assert run(_snapshot([0, 0, 0, 0], mib=1685)).findings == []
 
 
 def test_a_snapshot_with_gpus_holding_memory_but_idle_beside_a_busy_one(run):

@@ -1,0 +1,89 @@
+"""Message generations of failures already covered, in the wordings other programs and versions print: gloo's
+collective timeout, Paddle's GPU out-of-memory, the driver's reset-required assertion, fairseq's loss-scale lines,
+and data/step time pairs in more trainers' spellings, judged on short pastes too. Near-misses stay quiet."""
+import json
+
+import pytest
+
+
+def _first(d):
+    return (d.findings[0].symptom, d.findings[0].rule) if d.findings else None
+
+
+GLOO = ("[rank1]:   File \"/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py\", line 4556, "
+        "in barrier\n[rank1]:     work.wait()\n[rank1]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/"
+        "unbound_buffer.cc:81] Timed out waiting 600000ms for recv operation to complete\n")
+
+
+def test_a_gloo_collective_timeout_is_a_collective_timeout_without_nccl_advice(run):
+    d = run(GLOO)
+    f = d.findings[0]
+    assert (f.symptom, f.rule) == ("nccl_timeout", "nccl_timeout.gloo")
+    assert f.facts["timeout_ms"] == 600000 and f.facts["reporting_ranks"] == [1]
+    text = json.dumps(d.to_json_dict())
+    assert "NCCL_DEBUG" not in text and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in text   # no-ops on gloo
+
+
+def test_pddles_gpu_out_of_memory_is_an_oom(run):
+    d = run("W0811 10:12:50.697477 31331 operator.cc:242] mul raises an exception paddle::memory::allocation::BadAlloc, "
+            "ResourceExhaustedError: \n\nOut of memory error on GPU 1. Cannot allocate 210.5MB memory on GPU 1, "
+            "10.6GB memory has been allocated and available memory is only 88.2MB.\n")
+    assert _first(d)[0] == "cuda_oom"
+
+
+def test_host_memory_out_of_memory_is_not_a_gpu_oom(run):
+    assert run("MemoryError: Out of memory error while reading the index file\n").findings == []
+
+
+def test_the_drivers_reset_required_assertion_is_a_gpu_fault(run):
+    d = run("[412871.354096] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] "
+            "(0x00000062) returned from status @ kernel_channel.c:2827\n")
+    assert _first(d)[0] == "gpu_xid"
+
+
+FAIRSEQ = """2021-04-02 10:39:44 | INFO | train_inner | epoch 003:      5 / 356 loss=9.44, gnorm=156.036, loss_scale=0.5, wall=9877
+2021-04-02 10:41:18 | INFO | fairseq.trainer | NOTE: overflow detected, setting loss scale to: {a}
+2021-04-02 10:48:04 | INFO | fairseq.trainer | NOTE: overflow detected, setting loss scale to: {b}
+"""
+
+
+def test_fairseqs_overflow_lines_driving_the_scale_down_are_a_collapse(run):
+    d = run(FAIRSEQ.format(a="0.00048828125", b="0.000244140625"))
+    f = d.findings[0]
+    assert (f.symptom, f.rule) == ("loss_nan", "loss_nan.scale_collapse")
+    assert f.facts["min_loss_scale"] == 0.000244140625
+
+
+def test_fairseqs_early_overflows_at_a_high_scale_are_normal(run):
+    assert run(FAIRSEQ.format(a="64.0", b="32.0")).findings == []
+
+
+def test_fairseqs_minimum_loss_scale_message_is_a_collapse(run):
+    text = "FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding.\n"
+    assert _first(run(text)) == ("loss_nan", "loss_nan.scale_collapse")
+
+
+PADDLE = ("[2021/07/01 09:52:{s:02d}] root INFO: epoch: [3/500], iter: {i}, lr: 0.001000, loss: 2.81, reader_cost: {r} s, "
+          "batch_cost: {b} s, samples: 512, ips: 198.8\n")
+
+
+def test_paddles_reader_cost_against_batch_cost_is_an_input_share(run):
+    text = "".join(PADDLE.format(s=i, i=1200 + 10 * i, r="2.33420", b="2.57432") for i in range(4))
+    f = run(text).findings[0]
+    assert (f.symptom, f.rule) == ("slow_input", "slow_input.step_timing")
+    assert f.facts["input_share_pct"] == pytest.approx(90.7, abs=0.1)
+
+
+@pytest.mark.parametrize("lines, fires", [
+    ([("2.30", "2.57")], True),                     # one mid-run step, 90% waiting on data
+    ([("0.73", "1.61"), ("0.97", "1.67")], True),   # two steps, over half
+    ([("0.33", "1.61"), ("0.37", "1.67")], False),  # two steps, about a fifth: not from two points
+])
+def test_short_pastes_are_judged_with_a_higher_bar(run, lines, fires):
+    text = "".join(PADDLE.format(s=i, i=1200 + 10 * i, r=r, b=b) for i, (r, b) in enumerate(lines))
+    assert (_first(run(text)) == ("slow_input", "slow_input.step_timing")) is fires
+
+
+def test_a_runs_first_step_waiting_on_data_is_warm_up(run):
+    text = PADDLE.format(s=0, i=1, r="83.80902", b="89.17556") + PADDLE.format(s=5, i=2, r="0.00154", b="2.27765")
+    assert run(text).findings == []
