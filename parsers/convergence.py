@@ -23,8 +23,10 @@ SCALE_COLLAPSE = 16.0
 GNAN_RUN = 3   # NaN grad norms in a row, up to the end of the log, beside a finite loss (fp16 skips come in ones and twos)
 
 _NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+# "Train loss <iter> <value>" too, "loss at batch 5 = …", and a value printed as a tensor: "loss tensor(0.69, device=…)"
 _LOSS = rx(r"(?i)(?<![\w.])(?:reduced_)?(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss(?:/train(?:/total)?)?)(?:[ _]value|_step|_epoch)?['\"]?"
-           r"\s*(?:[:=]\s*|\s+(?:\d+\s+(?=[\d.]+\s))?)['\"]?" + _NUM + r"(?![\w.])")   # "Train loss <iter> <value>" too
+           r"(?:\s+(?:at|@)\s+(?:batch|step|iter(?:ation)?)\s+\d+)?"
+           r"\s*(?:[:=]\s*|\s+(?:\d+\s+(?=[\d.]+\s))?)['\"]?(?:tensor\()?" + _NUM + r"(?![\w.])")
 _GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*['\"]?" + _NUM)   # transformers 5 quotes its values
 _ITER = rx(r"iteration\s+(\d+)\s*/|\bstep['\"]?[:=\s]\s*(\d+)|global_step['\"]?[=:\s]+(\d+)|\|\s*(\d+)/\d+ \[",
            needs=("iteration", "step", "|"))
@@ -94,6 +96,8 @@ class LossParser(Parser):
         self.gnan_run = 0        # how many of them in a row, up to the last grad norm seen
         self.gnan_zero = 0       # ... of which the loss reads exactly 0 (the model has collapsed, not skipped a step)
         self.gnan_ev = EvidenceBox()
+        self.gfinite = False     # whether any finite grad norm was read (set on the general path)
+        self.gnan_at = math.nan  # where the current run of NaN grad norms began (a step, or an epoch stored negative)
         self.term_nan, self.term_key = 0, ""   # NaN/Inf loss terms outside the main loss series, the first key
         self.bulk_series: Series | None = None
         self.bulk_it, self.bulk_loss = b"", b""   # the bulk curve's last step and loss, as printed
@@ -125,6 +129,7 @@ class LossParser(Parser):
             self._series("").add_many(vs, gs, its, nos, texts)
             if any(has_g):
                 self.gnan_run = self.gnan_zero = 0   # the grad norm is finite there
+                self.gfinite = True
             batch.clear()
 
     def _hf_point(self, hf: tuple[float, float, float, bool], no: int, text: str) -> None:
@@ -133,6 +138,7 @@ class LossParser(Parser):
         self._series("").add(v, g, itv, no, text)
         if has_g:
             self.gnan_run = self.gnan_zero = 0   # the grad norm is finite here
+            self.gfinite = True
 
     def __getstate__(self) -> dict:
         self._flush_hf()   # (a worker process sends its readers back)
@@ -188,6 +194,9 @@ class LossParser(Parser):
             elif gm:   # a finite loss beside a NaN grad norm: one early fp16 skip is normal, a run of them is not
                 self.gnan_run = self.gnan_run + 1 if not math.isfinite(g) else 0
                 self.gnan_zero = self.gnan_zero + 1 if self.gnan_run and v == 0 else 0
+                self.gfinite = self.gfinite or math.isfinite(g)
+                if self.gnan_run == 1:
+                    self.gnan_at = itv
                 if self.gnan_run:
                     self.gnan_points += 1
                     self.gnan_ev.add(hit.no, hit.text)
@@ -264,7 +273,15 @@ class LossParser(Parser):
         """A run of NaN grad norms beside a finite loss is a failure when it is long, when the loss collapses to 0
         with it, or under bf16 (no loss scaling, so no step is ever skipped on purpose)."""
         return self.gnan_run >= GNAN_RUN or (self.gnan_run >= 2 and self.gnan_zero > 0) or \
-            (self.gnan_run > 0 and ctx.job.get("bf16") is True)
+            (self.gnan_run > 0 and ctx.job.get("bf16") is True) or (self.gnan_run >= 2 and self._every_step_nan())
+
+    def _every_step_nan(self) -> bool:
+        """A short paste whose every logged grad norm is NaN, past the first steps (where fp16 skips belong): the
+        run is not skipping a step now and then, it never had a finite gradient in what was pasted."""
+        if self.gfinite or self.gnan_points != self.gnan_run or not math.isfinite(self.gnan_at):
+            return False
+        at = self.gnan_at
+        return (-at - 1) > 0 if at < 0 else at > 2
 
     def _nan_finding(self, ctx: Context) -> Finding | None:
         f: dict[str, Any] = {}

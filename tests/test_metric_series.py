@@ -54,3 +54,30 @@ def test_a_climb_of_four_rises_to_half_again_is_a_spike(run):
 ])
 def test_climbs_that_are_not_divergence_stay_quiet(run, losses):
     assert "loss_spike" not in _symptoms(run(_megatron(losses)))
+
+
+def _hf(epoch, g="nan", loss=1.70):
+    return f"{{'loss': {loss}, 'grad_norm': {g}, 'learning_rate': 1.35e-06, 'epoch': {epoch}}}\n"
+
+
+def test_every_logged_grad_norm_nan_past_the_first_steps_is_loss_nan(run):
+    d = run(_hf(0.01) + "  1%|          | 10/1233 [07:54<14:12:16, 41.81s/it]\n" + _hf(0.02, loss=1.15))
+    assert (d.findings[0].symptom, d.findings[0].rule) == ("loss_nan", "loss_nan.grad_norm")
+
+
+@pytest.mark.parametrize("text", [
+    _hf(0.0) + _hf(0.0),                              # the first logged steps: fp16's first skips belong there
+    _hf(0.01, g="0.81") + _hf(0.02) + _hf(0.03),      # a finite grad norm before: skips now and then (two in a row)
+])
+def test_nan_grad_norms_that_may_be_fp16_skips_stay_quiet(run, text):
+    assert "loss_nan" not in _symptoms(run(text))
+
+
+@pytest.mark.parametrize("text, symptom", [
+    ("loss tensor(0.6924, device='cuda:0', dtype=torch.float16, grad_fn=<MeanBackward0>)\n"
+     "loss tensor(nan, device='cuda:0', dtype=torch.float16, grad_fn=<MeanBackward0>)\n", "loss_nan"),
+    ("".join(f"loss at batch {5 * i} = tensor({v}, device='cuda:0', grad_fn=<AddBackward0>)\n"
+             for i, v in enumerate([2.31, 2.28, 2.30, 2.27, 2.29, 9.84])), "loss_spike"),
+])
+def test_a_loss_printed_as_a_tensor_is_read(run, text, symptom):
+    assert _symptoms(run(text))[:1] == [symptom]
