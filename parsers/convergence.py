@@ -36,6 +36,10 @@ _EPOCH = rx(r"\bepoch[:\s]\s*(\d+)\b|'epoch':\s*'?([\d.]+)", needs=("epoch",))  
 _TERM_NAN = rx(r"(?i)(?:([\w./-]*loss[\w./-]*)['\"]?\s*[:=]\s*['\"]?(?:tensor\()?|\bloss\s+(?:is|became|becomes)\s+)"
                r"(nan|-nan|[-+]?inf(?:inity)?)\b",
                needs=("nan", "inf"), fold=True)   # ~0.6 ms a line: run only where it can match
+# An AverageMeter-style value: the batch's value, then the running average in parentheses (torchvision's and timm's
+# ImageNet scripts, deepspeech.pytorch, fairseq's "loss=9.57 (10.94)"); per-batch values of such loggers swing with
+# each batch's content, the average does not
+_RUNNING_AVG = re.compile(r"\s*\(\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|nan|inf)\s*\)")
 _BOUND_KEY = ("best", "min", "max", "prev", "scale", "lowest")
 _NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)", needs=("nan iterations",))
 # The scale after an overflow, as DeepSpeed/apex ("reducing to"), Megatron ("reducing loss scale to") and fairseq
@@ -188,6 +192,9 @@ class LossParser(Parser):
         g = _f(gm.group(1)) if gm else math.nan
         if lm:
             v = _f(lm.group(1))
+            avg = _RUNNING_AVG.match(t, lm.end())
+            if avg and math.isfinite(v):
+                v = _f(avg.group(1))   # "Loss 3.2168 (37.0903)": the trainer's running average is its trend
             s.add(v, g, itv, hit.no, hit.text.strip()[:500])
             if not math.isfinite(v):
                 self.nan_ev.add(hit.no, hit.text)

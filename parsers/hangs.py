@@ -24,7 +24,9 @@ _STORE = rx(r"is setting up NCCL communicator and retrieving ncclUniqueId from \
 # gloo's transport (gloo/transport/tcp/unbound_buffer.cc, pair.cc): a collective or barrier on the gloo backend whose
 # peer never sent or received within the process group's timeout
 _GLOO = rx(r"Timed out waiting (\d+) ?ms for (recv|send) operation to complete", needs=("Timed out waiting",))
-_STORE_WAIT = rx(r"(?:DistStoreError|RuntimeError): (?:Socket Timeout|[Ww]ait timeout after (\d+) ?ms)")
+# (torch elastic's rendezvous giving up on the other nodes is the same wait one level up: RendezvousTimeoutError)
+_STORE_WAIT = rx(r"(?:DistStoreError|RuntimeError): (?:Socket Timeout|[Ww]ait timeout after (\d+) ?ms)"
+                 r"|rendezvous\.api\.RendezvousTimeoutError|RendezvousTimeoutError: ")
 _CHECK_TIMEOUT = "WorkNCCL::checkTimeout"   # a C++ frame only the watchdog's timeout exception carries
 _TS = rx(r"\[[EFWI](\d{3,4}) (\d\d:\d\d:\d\d(?:\.\d+)?)|^(?:\S+\s+)?(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?)")
 _EXIT = rx(r"exitcode\s*:\s*(-?\d+)")
@@ -55,7 +57,7 @@ class TimeoutParser(Parser):
                 "Heartbeat monitor timed out", "watchdog got stuck", "communicator was aborted", "store based barrier", "client socket has timed out",
                 "clients joined", "retrieving ncclUniqueId", "exitcode", "Root Cause (first observed failure)",
                 "operations have failed or timed out", "Socket Timeout", "ait timeout after", "workers joined",
-                "Timed out waiting",
+                "Timed out waiting", "RendezvousTimeoutError",
                 _CHECK_TIMEOUT)
     before = 4
     after = 2

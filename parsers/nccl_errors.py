@@ -42,7 +42,7 @@ _RULES = (
                     needs=("does not loop back", "Attribute "))),
     ("cuda_failure", rx(r"Cuda failure '([^']+)'", needs=("Cuda failure '",))),
     ("code", rx(r"(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)"
-                r"|NCCL error(?: in: \S+,|:) (unhandled system error|internal error|unhandled cuda error|invalid usage"
+                r"|NCCL error(?: in: \S+,|:|\(\d+\),) (unhandled system error|internal error|unhandled cuda error|invalid usage"
                 r"|invalid argument)|Test NCCL failure \S+ '([^'/]+?)\s*(?:/|')",
                 needs=("nccl", "NCCL error", "Test NCCL failure"))),
     ("warn", rx(r"NCCL WARN (.*\b(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)?|[Uu]nable|not found|[Ii]nvalid)\b.*)",
@@ -89,8 +89,8 @@ class NcclErrorParser(Parser):
                 "mismatch between collectives", "remote process exited", "ncclRemoteError", "Connection reset by peer",
                 "Connection closed by remote peer", "Connection refused", "Cuda failure", "ncclSystemError",
                 "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument",
-                "NCCL error in:", "NCCL error: ", "unable to allocate shared memory", "Got completion with error",
-                "does not loop back", "of node", "Could not find a path", "Test NCCL failure", "NCCL WARN")
+                "NCCL error in:", "NCCL error: ", "NCCL error(", "unable to allocate shared memory",
+                "Got completion with error", "does not loop back", "of node", "Test NCCL failure", "NCCL WARN")
     before = 3
 
     def __init__(self) -> None:
@@ -108,7 +108,8 @@ class NcclErrorParser(Parser):
                 continue
             if rule == "cuda_failure" and ("out of memory" in t or "not supported in the installed CUDA driver" in t):
                 return  # cuda_oom / version_mismatch own these
-            if rule == "remote" and "NCCL" not in t and "nccl" not in t and "socket" not in t.lower() \
+            # (gloo's transport reporting the reset is torch.distributed's own peer connection too)
+            if rule == "remote" and "NCCL" not in t and "nccl" not in t and "socket" not in t.lower() and "gloo" not in t \
                     and not (search(_EXC_LINE, t) and any(search(_DIST_FRAME, b) for b in hit.before)):
                 return  # a reset TCP connection elsewhere in the app is not an NCCL failure
             if rule == "warn" and search(_NOT_MINE, t):

@@ -75,6 +75,11 @@ _TIMING = rx(r"(?i)\b(load_data_time|data_load_time|data_loading_time|dataloader
 _STEP = rx(r"(?i)(?<![\w.])(train_step_time|step_time|compute_time|updt_s|batch_time|batch_cost|iter_time|time)\s*[:=]\s*"
            r"(\d+(?:\.\d+)?)")
 _INCLUSIVE = ("time", "batch_time", "iter_time", "batch_cost")
+# AverageMeter-style pairs (torchvision's and timm's ImageNet scripts, deepspeech.pytorch): "Time 1.599 (2.648)  Data
+# 1.296 (2.388)" — this batch's value, then the running average since the epoch began, which is what counts
+_AVG_DATA = rx(r"\bData:?\s+(\d+(?:\.\d+)?)s?\s+\(\s*(\d+(?:\.\d+)?)s?\s*\)", needs=("Data",))
+_AVG_TIME = rx(r"\bTime:?\s+(\d+(?:\.\d+)?)s?(?:,\s*[\d.]+/s)?\s+\(\s*(\d+(?:\.\d+)?)s?", needs=("Time",))
+AVG_MIN_ITERS = 10   # a running average over fewer steps is still mostly the first one (workers starting)
 # A short paste (people paste the two or three lines around the event) is judged on its own, with a higher bar the
 # fewer steps it shows: (steps read, input share that counts)
 SHORT_PASTE_PCT = {1: 75.0, 2: 50.0}
@@ -86,7 +91,7 @@ MIN_STEPS = 3
 class StepTimingParser(Parser):
     name = "slow_input_steps"
     triggers = ("data_time", "load_data_time", "data_load_time", "data_loading_time", "dataloader_time", "data_cost",
-                "reader_cost", "data: ", "data_s:")
+                "reader_cost", "data: ", "data_s:", "Data ", "Data: ")
 
     def __init__(self) -> None:
         super().__init__()
@@ -95,9 +100,17 @@ class StepTimingParser(Parser):
         self.first_line: tuple[int, str] = (0, "")
         self.worst: tuple[float, int, str] | None = None
         self.lines: list[tuple[int, str]] = []   # the first two readings' lines (a short paste's evidence)
+        self.running: tuple[float, float, int, int, str] | None = None   # AverageMeter averages: data, step, steps
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
+        if "(" in t and (ad := search(_AVG_DATA, t)) and (at := search(_AVG_TIME, t)):
+            it = search(_ITER, t)
+            n = int(next(g for g in it.groups() if g is not None)) if it else None
+            data, total = float(ad.group(2)), float(at.group(2))
+            if n is not None and n >= AVG_MIN_ITERS and 0 < data <= total:
+                self.running = (data, total, n, hit.no, t)   # the latest average covers every step before it
+            return
         d = search(_TIMING, t)
         st = search(_STEP, t) if d else None
         if not st or st.start() == d.start():
@@ -117,6 +130,18 @@ class StepTimingParser(Parser):
         if len(self.readings) > 1 and (self.worst is None or dv / total > self.worst[0]):
             self.worst = (dv / total, hit.no, t)
 
+    def _running(self) -> list[Finding]:
+        data, total, n, no, text = self.running
+        share = round(100 * data / total, 1)
+        if share <= INPUT_BAD_PCT:
+            return []
+        self.ev.add(no, text)
+        title = (f"The step waits on input data: data loading takes {share:g}% of the step time on average over "
+                 f"{n} steps (the trainer's running averages)")
+        return [Finding(symptom="slow_input", rule="slow_input.step_timing", title=title, severity="warning",
+                        confidence=0.75, evidence=self.ev.items,
+                        facts={"input_share_pct": share, "steps_read": n}, first_line=self.ev.first())]
+
     def _short(self) -> list[Finding]:
         return _short_paste_finding(self)
 
@@ -129,6 +154,8 @@ class StepTimingParser(Parser):
         return 1
 
     def finish(self, ctx: Context) -> list[Finding]:
+        if self.running and not self.readings:
+            return self._running()
         if len(self.readings) in SHORT_PASTE_PCT:
             return self._short()
         if len(self.readings) < MIN_STEPS or self.worst is None:

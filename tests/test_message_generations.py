@@ -87,3 +87,47 @@ def test_short_pastes_are_judged_with_a_higher_bar(run, lines, fires):
 def test_a_runs_first_step_waiting_on_data_is_warm_up(run):
     text = PADDLE.format(s=0, i=1, r="83.80902", b="89.17556") + PADDLE.format(s=5, i=2, r="0.00154", b="2.27765")
     assert run(text).findings == []
+
+
+def test_torch_elastics_rendezvous_timeout_is_a_store_timeout(run):
+    text = ('  File "/opt/venv/lib/python3.12/site-packages/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py", '
+            'line 680, in run\n    raise RendezvousTimeoutError\ntorch.distributed.elastic.rendezvous.api.'
+            'RendezvousTimeoutError\n')
+    assert _first(run(text)) == ("nccl_timeout", "nccl_timeout.store")
+
+
+def test_paddles_nccl_error_with_its_code_is_an_nccl_error(run):
+    text = ("    task = group.process_group.barrier()\nOSError: (External) NCCL error(2), unhandled system error.\n"
+            "  [Hint: Please search for the error code(2) on website (https://docs.nvidia.com/deeplearning/nccl/)]\n")
+    assert _first(run(text)) == ("nccl_error", "nccl_error.code")
+
+
+def test_glooss_connection_reset_is_the_peers_connection(run):
+    text = ("[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error "
+            "[10.1.0.4]:31377: Connection reset by peer. This is typically caused by a remote worker hanging or bugs in "
+            "the application.\n")
+    assert _first(run(text)) == ("nccl_error", "nccl_error.remote")
+
+
+def test_a_reset_connection_elsewhere_in_the_app_is_not_an_nccl_error(run):
+    assert run("requests.exceptions.ConnectionError: ('Connection aborted.', ConnectionResetError(104, "
+               "'Connection reset by peer'))\n").findings == []
+
+
+AVG = "Epoch: [3][{i}/5005]\tTime {t} ({ta})\tData {d} ({da})\tLoss {l} ({la})\tPrec@1 6.250 (1.374)\n"
+
+
+def test_averagemeter_running_averages_give_the_input_share(run):
+    text = "".join(AVG.format(i=1200 + 10 * k, t=t, ta="2.650", d=d, da="2.391", l="5.61", la="6.37")
+                   for k, (t, d) in enumerate([("1.599", "1.296"), ("0.238", "0.001"), ("2.700", "2.383")]))
+    f = run(text).findings[0]
+    assert (f.symptom, f.rule) == ("slow_input", "slow_input.step_timing")
+    assert f.facts == {"input_share_pct": 90.2, "steps_read": 1220}
+
+
+def test_averagemeter_lines_with_a_small_data_average_stay_quiet(run):
+    # per-batch losses swing with batch length (3.2 .. 14.9) while the running average falls: no spike either
+    text = "".join(AVG.format(i=k, t="0.800", ta="1.200", d="0.002", da="0.004", l=l, la=f"{37.09 - 0.07 * k:.4f}")
+                   for k, l in enumerate(["3.2168", "3.6915", "3.8567", "1.9861", "4.2020", "10.1045", "10.0306",
+                                          "12.3729", "8.1055", "5.7821", "13.5125", "8.8798", "14.8824"], start=11))
+    assert run(text).findings == []
