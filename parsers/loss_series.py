@@ -50,6 +50,10 @@ SHORT_JUMPS = ((10.0, 1.0), (4.0, 2.0))
 RISE_RUN = 4       # divergence: this many rises in a row ...
 RISE_RATIO = 1.5   # ... ending this many times above where the climb began, and at least 1.0 above it,
 RISE_OVER_TOP = 1.3   # and this many times above the highest point of the window where it began (not noise)
+# A jump off a falling or flat trend: a point this many times the lowest of the last 3, and more than 8 times the
+# window's typical step-to-step change (and 1.0) above it — the median of a falling curve lags the trend, so a spike
+# early in training hides under it
+TREND_JUMP, TREND_NOISE_K, TREND_MIN_HISTORY = 1.8, 8.0, 5
 
 
 class Series:
@@ -108,6 +112,8 @@ class Series:
                     (top < 0 < v and v - top >= 0.5):
                 self.spikes += 1
                 self._record(v, median(self.hist) or top, g, it, no, text)
+        if self.best is None or self.best["line"] != no:   # (one rule per point: a point is one spike)
+            self._trend_jump(v, g, it, no, text)
         self.hist.append(v)
         if math.isfinite(g):
             self.ghist.append(g)
@@ -128,6 +134,19 @@ class Series:
                 and (self.best is None or v / start > self.best["ratio"]):
             self.spikes += 1
             self._record(v, start, g, it, no, text)
+
+    def _trend_jump(self, v: float, g: float, it: float, no: int, text: str) -> None:
+        h = self.hist
+        if len(h) < TREND_MIN_HISTORY:
+            return
+        low = min(h[-1], h[-2], h[-3])
+        if low <= 0 or v < TREND_JUMP * low:
+            return
+        pts = list(h)
+        noise = median(abs(b - a) for a, b in zip(pts, pts[1:]))
+        if v - low >= max(1.0, TREND_NOISE_K * noise) and (self.best is None or v / low > self.best["ratio"]):
+            self.spikes += 1
+            self._record(v, low, g, it, no, text)
 
     def _climb_after(self, run: list[float]) -> None:
         """The climb state after a calm run taken at once, as _climb() point by point would leave it (a calm run

@@ -81,3 +81,21 @@ def test_nan_grad_norms_that_may_be_fp16_skips_stay_quiet(run, text):
 ])
 def test_a_loss_printed_as_a_tensor_is_read(run, text, symptom):
     assert _symptoms(run(text))[:1] == [symptom]
+
+
+def _hf_quoted(losses):
+    return "".join(f"{{'loss': '{v}', 'grad_norm': '0.9', 'learning_rate': '0.001', 'epoch': '{0.04 * (i + 1):.4g}'}}\n"
+                   for i, v in enumerate(losses))
+
+
+def test_a_jump_off_a_falling_curve_is_a_spike(run):
+    # early training: the window's median lags the falling trend, so the jump hides under it without the trend rule
+    d = run(_hf_quoted([5.936, 5.481, 5.146, 4.844, 4.55, 4.256, 4.002, 3.734, 3.483, 3.215, 2.965, 2.698, 2.498,
+                        2.309, 3.109, 6.261, 3.215, 1.821]))
+    f = d.findings[0]
+    assert f.symptom == "loss_spike" and f.facts["loss_before"] == 2.309 and f.facts["loss_at_spike"] == 6.261
+    assert f.facts["spikes"] == 1
+
+
+def test_a_noisy_per_batch_curve_with_a_large_swing_stays_quiet(run):
+    assert "loss_spike" not in _symptoms(run(_hf_quoted([1.2, 2.9, 0.8, 2.6, 1.1, 3.0, 0.9, 2.4, 1.0, 2.1])))
