@@ -14,6 +14,7 @@ backward_inner_microstep: I | backward_allreduce_microstep: A | step_microstep: 
 SimpleProfiler report gives the data fetch's share of training (slow_input)."""
 from __future__ import annotations
 
+import re
 from statistics import median
 
 from core.models import Finding
@@ -210,14 +211,39 @@ class LightningProfilerParser(Parser):
     The input share is the data fetch's total over the training epochs' total (`run_training_epoch`), else the
     row's own percentage of the profiled time. Older releases name the fetch `get_train_batch`."""
     name = "slow_input_lightning"
-    triggers = ("train_dataloader_next", "get_train_batch", "run_training_epoch")
+    triggers = ("train_dataloader_next", "get_train_batch", "run_training_epoch", "Profile stats for:")
+    after = 2   # the advanced profiler: "Profile stats for: ACTION" then "N function calls … in T seconds"
 
     def __init__(self) -> None:
         super().__init__()
         self.fetch: tuple[float, float | None, str, int, str] | None = None   # total s, % column, action, line
         self.epoch_total: float | None = None
+        self.advanced: dict[str, tuple[float, int, str]] = {}   # the advanced profiler: action -> seconds, line
+
+    def _fetch_from_advanced(self) -> None:
+        """The advanced profiler's per-action totals: the batch fetch's share of all the actions' time (actions that
+        contain the others left out), as the simple report's percentage would give it."""
+        fetch = [(a, v) for a, v in self.advanced.items() if a.endswith(("train_dataloader_next", "get_train_batch"))]
+        if not fetch:
+            return
+        action, (secs, no, text) = max(fetch, key=lambda x: x[1][0])
+        total = sum(v[0] for a, v in self.advanced.items() if not a.endswith(_CONTAINERS))
+        if total > 0 and len(self.advanced) >= 2:
+            self.fetch = (secs, 100 * secs / total, action, no, text)
+
+    def _advanced(self, hit: Hit) -> None:
+        action = hit.text.split("Profile stats for:", 1)[1].strip()
+        for nxt in hit.after:
+            m = _CPROFILE_TOTAL.search(nxt)
+            if m:
+                if action and len(self.advanced) < 512:
+                    self.advanced.setdefault(action, (float(m.group(1)), hit.no, hit.text))
+                return
 
     def feed(self, hit: Hit) -> None:
+        if "Profile stats for:" in hit.text:
+            self._advanced(hit)
+            return
         cells = [c.strip() for c in hit.text.strip().strip("|").split("|")]
         if len(cells) not in (3, 5) or not _number(cells[-1 if len(cells) == 3 else 3]):
             return
@@ -229,6 +255,8 @@ class LightningProfilerParser(Parser):
             self.fetch = (total, pct, action, hit.no, hit.text)
 
     def finish(self, ctx: Context) -> list[Finding]:
+        if self.fetch is None and self.advanced:
+            self._fetch_from_advanced()
         if self.fetch is None:
             return []
         total, pct, action, no, text = self.fetch
@@ -242,6 +270,10 @@ class LightningProfilerParser(Parser):
                  f"fetching batches ({action})")
         return [Finding(symptom="slow_input", rule="slow_input.lightning_profiler", title=title, severity="warning",
                         confidence=0.8, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
+
+
+_CPROFILE_TOTAL = re.compile(r"function calls(?: \(\d+ primitive calls\))? in ([\d.]+) seconds")
+_CONTAINERS = ("run_training_epoch", "run_training_batch", ".run")   # actions that hold the others
 
 
 def _number(cell: str) -> bool:

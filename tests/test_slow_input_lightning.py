@@ -41,3 +41,30 @@ def test_compute_bound_reports_stay_quiet(run, case):
 def test_a_markdown_table_that_mentions_the_fetch_is_not_a_report(run):
     text = "| metric | value |\n|---|---|\n| train_dataloader_next mean | 3.32 s |\n| GPU util | 5.6 % |"
     assert run(text).findings == []
+
+
+ADVANCED = """FIT Profiler Report
+Profile stats for: [_TrainingEpochLoop].train_dataloader_next
+         3981 function calls (3790 primitive calls) in {fetch} seconds
+
+   Ordered by: cumulative time
+
+   ncalls  tottime  percall  cumtime  percall filename:lineno(function)
+   100/20    0.000    0.000    {fetch}    0.099 {{built-in method builtins.next}}
+Profile stats for: [Strategy]SingleDeviceStrategy.training_step
+         61210 function calls (50011 primitive calls) in 0.512 seconds
+
+Profile stats for: [LightningModule]Net.optimizer_step
+         20011 function calls in 0.240 seconds
+"""
+
+
+def test_lightnings_advanced_profiler_with_a_slow_batch_fetch_is_slow_input(run):
+    d = run(ADVANCED.format(fetch="2.104"))
+    f = d.findings[0]
+    assert (f.symptom, f.rule) == ("slow_input", "slow_input.lightning_profiler")
+    assert f.facts["input_share_pct"] == 73.7
+
+
+def test_lightnings_advanced_profiler_with_a_quick_batch_fetch_stays_quiet(run):
+    assert run(ADVANCED.format(fetch="0.051")).findings == []
