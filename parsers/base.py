@@ -198,7 +198,7 @@ def to_gib(value: str, unit: str) -> float:
 # [stdout] ", and torchrun's "[defaultN]:" (local rank) and "[rankN]:" (global rank).
 LAUNCHER_PREFIX = rx(r"^(?:\s*(?:\d{1,5}: |\[[\w.-]+:\d+\]: ?|\[1,\d+\]<std\w+>: ?|\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\) "
                      r"|\S+ \[std(?:out|err)\]\s+|\[(?:default|rank)\d+\]: ?))+")
-_GLOBAL_RANK = rx(r"\[rank(\d{1,6})\]:|\[1,(\d{1,6})\]<std|\[Rank (\d{1,6})\]|\bRank (\d{1,6})\]"
+_GLOBAL_RANK = rx(r"\[rank(\d{1,6})\](?::|\s)|\[1,(\d{1,6})\]<std|\[Rank (\d{1,6})\]|\bRank (\d{1,6})\]"
                   r"|\brank[ =:]+(\d{1,6})\b")
 _LOCAL_RANK = rx(r"^\s*(\d{1,5}: |\[[\w.-]+:\d{1,6}\]: ?)?(?:\S+ \[std(?:out|err)\]\s+)?\[default(\d{1,6})\]:")
 

@@ -5,7 +5,10 @@ layouts:
 - a table whose first column is the peer (rank, node, worker, host) under a header of column names: each numeric
   column is compared across its rows ("rank  data_time  step_time" from a run analyser);
 - the same line printed by every worker at the same step, without its id: "Epoch[0] Batch [200] Speed: 816.11
-  samples/sec" beside two workers at 1317 (a throughput), grouped by the line's shape and its step numbers.
+  samples/sec" beside two workers at 1317 (a throughput), grouped by the line's shape and its step numbers;
+- per-rank step lines with timed phases: "[rank3] step 6 | fwd_bwd 493.4 ms | allreduce 26.6 ms" beside the other
+  ranks' lines of the same step: each phase compared across the ranks at each step, and a rank slow at most of
+  them is the straggler (a synchronised phase, equal on every rank, never makes one).
 
 A time (or latency) far above the peers' median, or a throughput far below it, makes a straggler; the median leaves
 room for a few slow peers, never for half of them."""
@@ -15,7 +18,7 @@ import re
 from statistics import median
 
 from core.models import Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, ranks_text, strip_prefixes
+from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text, strip_prefixes
 
 TIME_SLOW = 1.5     # a peer's time this many times the median of its peers
 RATE_SLOW = 0.7     # a peer's throughput this fraction of the median or less
@@ -28,6 +31,10 @@ _RATE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(samples/s(?:ec)?|samples per second|to
 _NUM = re.compile(r"-?\d+(?:\.\d+)?")
 _PEER_HEAD = re.compile(r"^\s*(rank|node|worker|host|gpu)\s+(\S.*)$", re.I)
 MAX_GROUPS = 4096
+_WAITING = ("reduce", "gather", "scatter", "broadcast", "comm", "sync", "wait", "barrier", "nccl", "gloo", "all2all",
+            "alltoall", "p2p", "send", "recv")
+_STEP_NO = re.compile(r"(?i)\b(?:step|iter(?:ation)?)\s*[:=]?\s*(\d+)\b(?!\.\d|\s*m?s\b)")
+_PHASE = re.compile(r"(?i)\b([a-z][\w/-]*?)\s*[:=]?\s+(\d+(?:\.\d+)?)\s*(ms|s)\b")
 
 
 def _time_like(text: str) -> bool:
@@ -38,7 +45,7 @@ def _time_like(text: str) -> bool:
 class PeerParser(Parser):
     name = "slow_peers"
     # (a peer table's header has its column names apart: "rank   data_time"; tqdm's it/s is a single process's)
-    triggers = ("{0:", "{1:", "{2:", "{3:", "rank  ", "node  ", "worker  ", "host  ", "rank\t", "node\t", "Rank  ",
+    triggers = (" ms ", " ms,", "{0:", "{1:", "{2:", "{3:", "rank  ", "node  ", "worker  ", "host  ", "rank\t", "node\t", "Rank  ",
                 "Node  ", "Worker  ", "samples/s", "samples per second", "tokens/s", "tok/s", "img/s", "images/s",
                 "sequences/s")
     after = 40
@@ -48,13 +55,32 @@ class PeerParser(Parser):
         # slowdown, (peer kind, slow peers) or None, metric, line, text
         self.best: tuple[float, tuple[str, list[int]] | None, str, int, str] | None = None
         self.groups: dict[tuple, list[tuple[float, int, str]]] = {}
+        self.phases: dict[tuple[str, int], dict[int, tuple[float, int, str]]] = {}   # (phase, step) -> rank -> time
         self.done_to = 0
 
     def _offer(self, slowdown: float, peers: tuple[str, list[int]] | None, metric: str, no: int, text: str) -> None:
         if self.best is None or slowdown > self.best[0]:
             self.best = (slowdown, peers, metric, no, text)
 
+    def _phase_line(self, hit: Hit) -> bool:
+        """A rank's step line with timed phases (see the module's docstring); True when it was one."""
+        rank = rank_of(hit.text)
+        if rank is None:
+            return False
+        t = strip_prefixes(hit.text)
+        step = _STEP_NO.search(t)
+        if not step:
+            return False
+        for m in _PHASE.finditer(t):
+            if len(self.phases) >= MAX_GROUPS:
+                break
+            ms = float(m.group(2)) * (1000.0 if m.group(3).lower() == "s" else 1.0)
+            self.phases.setdefault((m.group(1).lower(), int(step.group(1))), {})[rank] = (ms, hit.no, hit.text)
+        return True
+
     def feed(self, hit: Hit) -> None:
+        if (" ms " in hit.text or " ms," in hit.text) and self._phase_line(hit):
+            return
         t = strip_prefixes(hit.text)
         if "{" in t and _time_like(t):
             m = _MAP.search(t)
@@ -102,7 +128,27 @@ class PeerParser(Parser):
         if slow and 2 * len(slow) < len(values):
             self._offer(max(values.values()) / max(med, 1e-9) - 1, (peer, slow), metric, no, text)
 
+    def _judge_phases(self) -> None:
+        by_phase: dict[str, list[dict[int, tuple[float, int, str]]]] = {}
+        for (phase, _), ranks in self.phases.items():
+            if len(ranks) >= MIN_PEERS:
+                by_phase.setdefault(phase, []).append(ranks)
+        for phase, steps in by_phase.items():
+            if any(w in phase for w in _WAITING):
+                continue   # time spent waiting for the others: the straggler's peers wait longest, not the straggler
+            slow_at: dict[int, list[tuple[float, int, str]]] = {}
+            for ranks in steps:
+                med = median(v[0] for v in ranks.values())
+                for r, v in ranks.items():
+                    if med > 0 and v[0] >= TIME_SLOW * med and 2 * sum(x[0] >= TIME_SLOW * med for x in ranks.values()) < len(ranks):
+                        slow_at.setdefault(r, []).append((v[0] / med - 1, v[1], v[2]))
+            slow = sorted(r for r, hits in slow_at.items() if len(hits) >= 2 and 2 * len(hits) >= len(steps))
+            if slow:
+                worst = max(h for r in slow for h in slow_at[r])
+                self._offer(worst[0], ("rank", slow), phase, worst[1], worst[2])
+
     def finish(self, ctx: Context) -> list[Finding]:
+        self._judge_phases()
         for (shape, _), vals in self.groups.items():
             if len(vals) < MIN_PEERS:
                 continue

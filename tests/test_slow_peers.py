@@ -61,3 +61,25 @@ def test_one_workers_throughput_over_time_is_not_a_peer_comparison(run):
     # no step numbers to line the values up by: a series of one process (a slowdown, perhaps, not a straggler)
     text = "".join(f"throughput: {v} samples/sec\n" for v in (2210.5, 2208.1, 1402.3, 2215.0))
     assert run(text).findings == []
+
+
+def _rank_lines(fwd, comm):
+    """Per-rank step lines: fwd[rank] is the compute time every step (plus a little jitter), comm the wait."""
+    out = []
+    for step in (6, 12, 18, 24):
+        for rank in (1, 0, 3, 2):
+            f = fwd[rank] + (step % 5) * 3.1
+            out.append(f"[rank{rank}] step {step:>3} | loss 2.30 | fwd_bwd {f:7.1f} ms | allreduce {comm[rank]:6.1f} ms | "
+                       f"step {f + comm[rank]:7.1f} ms\n")
+    return "".join(out)
+
+
+def test_a_rank_whose_compute_phase_is_slow_at_every_step_is_named(run):
+    d = run(_rank_lines({0: 281.0, 1: 290.2, 2: 276.4, 3: 512.9}, {0: 240.0, 1: 230.5, 2: 250.1, 3: 20.2}))
+    f = d.findings[0]
+    assert (f.rule, f.facts["slow_ranks"], f.facts["metric"]) == ("straggler.peer_values", [3], "fwd_bwd")
+
+
+def test_jitter_in_the_time_ranks_wait_for_each_other_names_no_straggler(run):
+    # rank 2 waits twice as long in the all-reduce: waiting is the peers' symptom, not the straggler's
+    assert run(_rank_lines({0: 331.0, 1: 340.2, 2: 326.4, 3: 335.9}, {0: 40.0, 1: 35.5, 2: 84.1, 3: 30.2})).findings == []
