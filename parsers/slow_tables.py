@@ -27,6 +27,9 @@ _DATA = ("dataloader", "data_loader", "data loading", "data_loading", "load_data
 _LIGHTNING = ("train_dataloader_next", "get_train_batch")
 _NAMED_BY_OTHERS = ("Self CPU %", "run_training_epoch")
 MIN_ROWS = 3   # a table of times only: at least this many phases to share the step
+_CPU_TOTAL = re.compile(r"Self CPU time total:\s*([\d.]+)\s*(us|ms|s)\b")
+_TO_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "min": 60000.0}
+_COLLECTIVE_ROWS = ("gloo:", "c10d::", "nccl:")
 
 
 def _row(text: str) -> tuple[str, list[tuple[float, str]]] | None:
@@ -56,7 +59,7 @@ def _is_nccl_kernel(name: str) -> bool:
 class PhaseTableParser(Parser):
     name = "slow_tables"
     triggers = ("DataLoader", "dataloader", "get_train_batch", "Read data", "data_loading", "ncclKernel",
-                "ncclDevKernel", "fetch_batch")
+                "ncclDevKernel", "fetch_batch", "gloo:", "nccl:all", "nccl:reduce", "nccl:broadcast")
     before = 40
     after = 40
 
@@ -83,12 +86,30 @@ class PhaseTableParser(Parser):
             hi += 1
         self.done_to = first_no + hi
         block = lines[lo:hi + 1]
-        if any(k in x for x in block for k in _NAMED_BY_OTHERS):
-            return
         rows = [(first_no + lo + i, x, r) for i, x in enumerate(block) if (r := _row(x)) is not None]
-        self._judge(rows)
+        total = next((m for x in lines[hi + 1:hi + 4] if (m := _CPU_TOTAL.search(x))), None)
+        total_ms = float(total.group(1)) * _TO_MS[total.group(2)] if total else None
+        if any(k in x for x in block for k in _NAMED_BY_OTHERS):
+            # the dedicated readers own a profiler table under its header, except a CPU-only one's collectives
+            if total_ms and not any("Self CUDA" in x for x in block):
+                self._cpu_collectives(rows, total_ms)
+            return
+        self._judge(rows, total_ms)
 
-    def _judge(self, rows: list) -> None:
+    def _cpu_collectives(self, rows: list, total_ms: float) -> None:
+        """A CPU-only profile (no CUDA columns: gloo, or the CPU side alone): the collectives' own rows (gloo:…,
+        c10d::…, nccl:…) by their CPU total time against the profile's total."""
+        comm = []
+        for no, x, (name, cells) in rows:
+            if name.startswith(_COLLECTIVE_ROWS) and len(cells) >= 4 and cells[3][1] in _TO_MS:
+                comm.append((cells[3][0] * _TO_MS[cells[3][1]], name, no, x))
+        if comm and total_ms > 0:
+            top = max(comm)
+            share = round(100 * min(top[0] / total_ms, 1.0), 2)
+            if self.comm is None or share > self.comm[0]:
+                self.comm = (share, top[1], top[2], top[3])
+
+    def _judge(self, rows: list, total_ms: float | None = None) -> None:
         if any(name.endswith(_LIGHTNING) and len(cells) == 4 for _, _, (name, cells) in rows):
             return   # Lightning's extended report (action, mean, calls, total, percentage): slow_timers.py reads it
         pcts = [(no, x, name, [v for v, u in cells if u == "%"], cells) for no, x, (name, cells) in rows]
@@ -97,6 +118,8 @@ class PhaseTableParser(Parser):
             for no, x, name, pc, _ in profiler:
                 if _is_data(name) and (self.input is None or pc[1] > self.input[0]):
                     self.input = (pc[1], name, no, x)
+            if total_ms and all(len(p[3]) <= 2 for p in pcts):
+                self._cpu_collectives(rows, total_ms)
             kernels = [(pc[2], name, no, x) for no, x, name, pc, _ in profiler if len(pc) >= 3 and _is_nccl_kernel(name)]
             if kernels:
                 share = round(sum(k[0] for k in kernels), 2)
@@ -139,8 +162,10 @@ class PhaseTableParser(Parser):
             ev = EvidenceBox()
             ev.add(no, text)
             out.append(Finding(
-                symptom="slow_comm", rule="slow_comm.profiler", severity="warning", confidence=0.7,
-                title=(f"NCCL kernels hold {share:.1f}% of the profiled CUDA time: the step waits on communication "
+                symptom="slow_comm", rule="slow_comm.profiler" if _is_nccl_kernel(top) else "slow_comm.cpu_profile",
+                severity="warning", confidence=0.7,
+                title=(f"{'NCCL kernels hold' if _is_nccl_kernel(top) else 'Collectives hold'} {share:.1f}% of the "
+                       f"profiled {'CUDA' if _is_nccl_kernel(top) else 'CPU'} time: the step waits on communication "
                        f"(largest: {top[:60]})"),
                 evidence=ev.items, facts={"comm_share_pct": share, "top_kernel": top[:120]}, first_line=ev.first()))
         return out

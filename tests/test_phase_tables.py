@@ -84,3 +84,25 @@ def test_a_table_cut_after_the_batch_fetch_shares_nothing(run):
             "on_train_start   |  0.0016   |  0.0016\non_epoch_start   |  0.0003   |  0.0003\n"
             "get_train_batch  |  0.0094   |  28.329\n")
     assert run(text).findings == []
+
+
+CPU_PROFILE = """-------------------------------------------------------  ------------  ------------  ------------  ------------  ------------  ------------
+                                                   Name    Self CPU %      Self CPU   CPU total %     CPU total  CPU time avg    # of Calls
+-------------------------------------------------------  ------------  ------------  ------------  ------------  ------------  ------------
+                                        gloo:all_reduce         0.00%       0.000us             0        {ar}      85.585ms            16
+                                               aten::mm        56.53%        1.285s        56.55%        1.285s      32.131ms            40
+                                            aten::addmm        13.77%     313.030ms        13.81%     313.929ms      13.080ms            24
+-------------------------------------------------------  ------------  ------------  ------------  ------------  ------------  ------------
+Self CPU time total: 2.273s
+"""
+
+
+def test_a_cpu_only_profile_held_by_gloo_collectives_is_slow_comm_with_gloo_advice(run):
+    d = run(CPU_PROFILE.format(ar="1.369s"))
+    f = d.findings[0]
+    assert (f.symptom, f.rule, f.facts["comm_share_pct"]) == ("slow_comm", "slow_comm.cpu_profile", 60.23)
+    assert [s.id for s in f.steps] == ["slow_comm.gloo_share"]   # no NCCL variables, no fabric tests for gloo
+
+
+def test_a_cpu_only_profile_with_small_collectives_stays_quiet(run):
+    assert run(CPU_PROFILE.format(ar="201.4ms")).findings == []
