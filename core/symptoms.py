@@ -98,7 +98,7 @@ _REGISTRY: tuple[Symptom, ...] = (
             causes=("tcp_fallback", "efa_provider_missing", "nvlink_inactive", "version_mismatch"),
             report=THROUGHPUT),   # its Korean title depends on the rule: bot.titles_ko builds it
     Symptom("straggler", "slow", "warning", 12, "A slow rank or node holds the job back", "느린 rank/노드(straggler)",
-            ("clock_mhz", "fleet_clock_mhz", F.LAGGING_HOSTS, "reports", "score", "slow_ranks", "slowdown_pct",
+            ("clock_mhz", "fleet_clock_mhz", F.LAGGING_HOSTS, "reports", "score", "slow_nodes", "slow_ranks", "slowdown_pct",
              "slow_reports", "threshold", "detector", "below_median_pct", "metric"),
             host_facts={F.LAGGING_HOSTS: F.ROLE_LAGGING}, report=THROUGHPUT),
     Symptom("pipeline_bubble", "slow", "warning", 15, "Pipeline bubble", "파이프라인 버블",

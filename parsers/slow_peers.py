@@ -165,8 +165,8 @@ class PeerParser(Parser):
         facts = {"detector": "peer_values", "metric": metric[:60], "slowdown_pct": pct}
         if peers:
             kind, ids = peers
-            if kind == "rank":
-                facts["slow_ranks"] = ids[:32]
+            if kind in ("rank", "node"):
+                facts["slow_ranks" if kind == "rank" else "slow_nodes"] = ids[:32]
             title = (f"A straggler: {kind}(s) {ranks_text(ids)} take up to {pct:g}% longer than the median of their "
                      f"peers ({metric[:40]})")
         else:

@@ -10,7 +10,8 @@ def _first(d):
 def test_a_peer_to_time_map_with_one_slow_node(run):
     d = run("check 0: elapsed per node {0: 19.8, 1: 20.4, 2: 141.2, 3: 20.1}\n")
     assert _first(d) == ("straggler", "straggler.peer_values")
-    assert "node(s) 2" in d.findings[0].title
+    assert "node(s) 2" in d.findings[0].title and d.findings[0].facts["slow_nodes"] == [2]
+    assert d.findings[0].steps[0].id == "straggler.drain_and_test" and "node(s) 2" in d.findings[0].steps[0].text
 
 
 def test_a_peer_map_that_agrees_stays_quiet(run):
