@@ -42,9 +42,9 @@ _RULES = (
                     needs=("does not loop back", "Attribute "))),
     ("cuda_failure", rx(r"Cuda failure '([^']+)'", needs=("Cuda failure '",))),
     ("code", rx(r"(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)"
-                r"|NCCL error(?: in: \S+,|:|\(\d+\),) (unhandled system error|internal error|unhandled cuda error|invalid usage"
-                r"|invalid argument)|Test NCCL failure \S+ '([^'/]+?)\s*(?:/|')",
-                needs=("nccl", "NCCL error", "Test NCCL failure"))),
+                r"|(?i:NCCL error)(?: in: \S+,|:|\(\d+\),|,| \d+:) ?(?i:(unhandled system error|internal error|unhandled cuda error"
+                r"|invalid usage|invalid argument))|Test NCCL failure \S+ '([^'/]+?)\s*(?:/|')",
+                needs=("nccl", "NCCL error", "Nccl error", "NCCL Error", "Test NCCL failure"))),
     ("warn", rx(r"NCCL WARN (.*\b(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)?|[Uu]nable|not found|[Ii]nvalid)\b.*)",
                 needs=("NCCL WARN ",))),
 )
@@ -89,7 +89,7 @@ class NcclErrorParser(Parser):
                 "mismatch between collectives", "remote process exited", "ncclRemoteError", "Connection reset by peer",
                 "Connection closed by remote peer", "Connection refused", "Cuda failure", "ncclSystemError",
                 "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument",
-                "NCCL error in:", "NCCL error: ", "NCCL error(", "unable to allocate shared memory",
+                "NCCL error in:", "NCCL error: ", "NCCL error(", "Nccl error", "NCCL Error ", "unable to allocate shared memory",
                 "Got completion with error", "does not loop back", "of node", "Test NCCL failure", "NCCL WARN")
     before = 3
 

@@ -5,6 +5,8 @@ modules of their own (slow_straggler.py, slow_pipeline.py). Stalls every few ste
 data time over total step time across the lines read."""
 from __future__ import annotations
 
+import re
+
 from core import instances as I
 from core.models import Finding
 from parsers.base import Context, Hit, Parser, findall, rx, search, strip_prefixes
@@ -70,10 +72,30 @@ class InputParser(Parser):
 # The data key and the step key, in the spellings trainers use (mmengine/mmcv data_time + time, Paddle reader_cost /
 # data_cost + batch_cost, torchvision-style data + time, DALI/timm load_data_time, ...), key: value or key=value; a
 # step key whose time already includes the data time is "inclusive" below
-_TIMING = rx(r"(?i)\b(load_data_time|data_load_time|data_loading_time|dataloader_time|data_time|data_cost|reader_cost"
-             r"|data_s|data)\s*[:=]\s*(\d+(?:\.\d+)?)")
-_STEP = rx(r"(?i)(?<![\w.])(train_step_time|step_time|compute_time|updt_s|batch_time|batch_cost|iter_time|time)\s*[:=]\s*"
-           r"(\d+(?:\.\d+)?)")
+# (Paddle's hapi prints them as averages, avg_reader_cost / avg_batch_cost; a value may carry its unit, and with a
+# unit a space separates it from its key: "data 139.1 ms")
+_VALUE = r"(?:\s*[:=]\s*(\d+(?:\.\d+)?)\s*(ms|s|sec)?\b|\s+(\d+(?:\.\d+)?)\s*(ms|s|sec)\b)"
+_TIMING = rx(r"(?i)\b(?:avg_)?(data_wait_time|load_data_time|data_load_time|data_loading_time|dataloader_time|data_time"
+             r"|data_cost|reader_cost|data_s|data)" + _VALUE)
+_SYNC_READER = ("reader_cost", "data_cost")   # Paddle's: the time the step waited for its batch
+_STEP = rx(r"(?i)(?<![\w.])(?:avg_)?(train_step_time|step_time|compute_time|updt_s|batch_time|batch_cost|iter_time|time)"
+           + _VALUE)
+
+
+_PART = re.compile(r"(?i)\b([a-z][\w+/-]*)\s*[:=]?\s+(\d+(?:\.\d+)?)\s*(ms|s)\b")
+
+
+def _breakdown(t: str, step_at: int, dv: float, sv: float) -> bool:
+    """Whether the step time is broken down on the line into parts that, with the data time, add up to it ("step_time
+    151.5 ms (data 139.1 ms, fwd 2.6 ms, bwd+allreduce 9.8 ms)"): then the step includes the data time."""
+    parts = [float(m.group(2)) / (1000.0 if m.group(3).lower() == "ms" else 1.0)
+             for m in _PART.finditer(t, step_at) if not m.group(1).lower().startswith(("data", "step", "time"))]
+    return bool(parts) and sv > 0 and abs(dv + sum(parts) - sv) <= 0.15 * sv
+
+
+def _seconds(m) -> float:
+    value, unit = (m.group(2), m.group(3)) if m.group(2) is not None else (m.group(4), m.group(5))
+    return float(value) / (1000.0 if unit and unit.lower() == "ms" else 1.0)
 _INCLUSIVE = ("time", "batch_time", "iter_time", "batch_cost")
 # AverageMeter-style pairs (torchvision's and timm's ImageNet scripts, deepspeech.pytorch): "Time 1.599 (2.648)  Data
 # 1.296 (2.388)" — this batch's value, then the running average since the epoch began, which is what counts
@@ -91,7 +113,7 @@ MIN_STEPS = 3
 class StepTimingParser(Parser):
     name = "slow_input_steps"
     triggers = ("data_time", "load_data_time", "data_load_time", "data_loading_time", "dataloader_time", "data_cost",
-                "reader_cost", "data: ", "data_s:", "Data ", "Data: ")
+                "reader_cost", "data_wait_time", "data: ", "data_s:", "Data ", "Data: ", "(data ", " data ")
 
     def __init__(self) -> None:
         super().__init__()
@@ -115,8 +137,11 @@ class StepTimingParser(Parser):
         st = search(_STEP, t) if d else None
         if not st or st.start() == d.start():
             return
-        dv, sv = float(d.group(2)), float(st.group(2))
-        inclusive = st.group(1).lower() in _INCLUSIVE
+        dv, sv = _seconds(d), _seconds(st)
+        # a step time below the reader's wait cannot include it (Paddle's hapi batch_cost is the compute alone); a
+        # loader's own time (data_load_time, in workers) may exceed the step it overlaps, and is no wait then
+        inclusive = st.group(1).lower() in _INCLUSIVE and (sv >= dv or d.group(1).lower() not in _SYNC_READER)
+        inclusive = inclusive or _breakdown(t, st.start(), dv, sv)
         total = sv if inclusive else sv + dv
         if total <= 0 or dv > total:
             return

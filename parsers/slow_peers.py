@@ -21,6 +21,7 @@ from core.models import Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text, strip_prefixes
 
 TIME_SLOW = 1.5     # a peer's time this many times the median of its peers
+PAIR_SLOW = 2.0     # with two peers, this many times the other's
 RATE_SLOW = 0.7     # a peer's throughput this fraction of the median or less
 MIN_PEERS = 3
 
@@ -131,18 +132,23 @@ class PeerParser(Parser):
     def _judge_phases(self) -> None:
         by_phase: dict[str, list[dict[int, tuple[float, int, str]]]] = {}
         for (phase, _), ranks in self.phases.items():
-            if len(ranks) >= MIN_PEERS:
+            if len(ranks) >= 2:
                 by_phase.setdefault(phase, []).append(ranks)
         for phase, steps in by_phase.items():
             if any(w in phase for w in _WAITING):
                 continue   # time spent waiting for the others: the straggler's peers wait longest, not the straggler
             slow_at: dict[int, list[tuple[float, int, str]]] = {}
             for ranks in steps:
-                med = median(v[0] for v in ranks.values())
                 for r, v in ranks.items():
-                    if med > 0 and v[0] >= TIME_SLOW * med and 2 * sum(x[0] >= TIME_SLOW * med for x in ranks.values()) < len(ranks):
-                        slow_at.setdefault(r, []).append((v[0] / med - 1, v[1], v[2]))
-            slow = sorted(r for r, hits in slow_at.items() if len(hits) >= 2 and 2 * len(hits) >= len(steps))
+                    ref = median(x[0] for q, x in ranks.items() if q != r)   # the other ranks at this step
+                    bar = TIME_SLOW if len(ranks) > 2 else PAIR_SLOW
+                    if ref > 0 and v[0] >= bar * ref:
+                        slow_at.setdefault(r, []).append((v[0] / ref - 1, v[1], v[2]))
+            # slow at three steps in four or more (jitter on a busy host makes a rank slow now and then)
+            slow = sorted(r for r, hits in slow_at.items() if len(hits) >= 2 and 4 * len(hits) >= 3 * len(steps))
+            n = max(len(x) for x in steps)
+            if len(slow) > 1 and 2 * len(slow) >= n:
+                continue   # half of the ranks or more: no single straggler (one of two is one rank)
             if slow:
                 worst = max(h for r in slow for h in slow_at[r])
                 self._offer(worst[0], ("rank", slow), phase, worst[1], worst[2])

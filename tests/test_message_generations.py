@@ -15,10 +15,10 @@ GLOO = ("[rank1]:   File \"/opt/venv/lib/python3.11/site-packages/torch/distribu
         "unbound_buffer.cc:81] Timed out waiting 600000ms for recv operation to complete\n")
 
 
-def test_a_gloo_collective_timeout_is_a_collective_timeout_without_nccl_advice(run):
+def test_a_gloo_collective_timeout_is_a_peer_wait_without_nccl_advice(run):
     d = run(GLOO)
     f = d.findings[0]
-    assert (f.symptom, f.rule) == ("nccl_timeout", "nccl_timeout.gloo")
+    assert (f.symptom, f.rule) == ("nccl_timeout", "nccl_timeout.peer_wait")
     assert f.facts["timeout_ms"] == 600000 and f.facts["reporting_ranks"] == [1]
     text = json.dumps(d.to_json_dict())
     assert "NCCL_DEBUG" not in text and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in text   # no-ops on gloo
@@ -131,3 +131,39 @@ def test_averagemeter_lines_with_a_small_data_average_stay_quiet(run):
                    for k, l in enumerate(["3.2168", "3.6915", "3.8567", "1.9861", "4.2020", "10.1045", "10.0306",
                                           "12.3729", "8.1055", "5.7821", "13.5125", "8.8798", "14.8824"], start=11))
     assert run(text).findings == []
+
+
+def test_per_rank_step_lines_with_a_data_phase_give_the_input_share(run):
+    text = "".join(f"(RayTrainWorker pid=8248) [rank 0] step {s}/60 loss 2.29 step_time 151.5 ms (data 139.1 ms, fwd 2.6 "
+                   f"ms, bwd+allreduce 9.8 ms) 211.2 samples/s\n" for s in (10, 20, 30, 40))
+    f = run(text).findings[0]
+    assert (f.symptom, f.rule) == ("slow_input", "slow_input.step_timing")
+    assert f.facts["input_share_pct"] == pytest.approx(91.8, abs=0.1)
+
+
+def test_paddle_hapis_average_reader_cost_beside_its_compute_only_batch_cost(run):
+    text = "".join(f"step {s}/50 - loss: 4.2 - avg_reader_cost: 0.0800{s % 9} sec - avg_batch_cost: 0.00399 sec - ips: 187.4 "
+                   f"samples/sec - 85ms/step\n" for s in (10, 20, 30, 40))
+    f = run(text).findings[0]
+    assert (f.symptom, f.rule) == ("slow_input", "slow_input.step_timing") and f.facts["input_share_pct"] > 90
+
+
+def test_a_loaders_own_time_in_its_workers_is_no_wait(run):
+    text = "".join(f"Training Epoch: [1]  [{i:>4}/1412]  iter_time: 0.645(0.645)  data_wait_time: 0.000(0.000)  "
+                   f"data_load_time: 8.745(8.745)  loss: 1.46 (1.47)\n" for i in range(1, 5))
+    assert run(text).findings == []
+
+
+def test_horovods_stall_inspector_is_a_peer_wait(run):
+    text = ("WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and "
+            "are waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are "
+            "trying to submit different tensors.\nStalled ops:\nHorovodAllreduce_grads_0 [missing ranks: 17]\n")
+    assert _first(run(text)) == ("nccl_timeout", "nccl_timeout.peer_wait")
+
+
+@pytest.mark.parametrize("line", [
+    "[rank0]: RuntimeError: NCCL Error 2: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+    "ExternalError:  Nccl error, unhandled cuda error  (at /paddle/paddle/fluid/platform/collective_helper.cc:83)",
+])
+def test_nccl_result_codes_in_other_wordings(run, line):
+    assert _first(run(line + "\n")) == ("nccl_error", "nccl_error.code")

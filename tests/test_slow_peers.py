@@ -84,3 +84,20 @@ def test_a_rank_whose_compute_phase_is_slow_at_every_step_is_named(run):
 def test_jitter_in_the_time_ranks_wait_for_each_other_names_no_straggler(run):
     # rank 2 waits twice as long in the all-reduce: waiting is the peers' symptom, not the straggler's
     assert run(_rank_lines({0: 331.0, 1: 340.2, 2: 326.4, 3: 335.9}, {0: 40.0, 1: 35.5, 2: 84.1, 3: 30.2})).findings == []
+
+
+def test_two_ranks_one_computing_several_times_longer_every_step(run):
+    text = "".join(f"(RayTrainWorker pid={4000 + r}) [rank {r}] step {s}/60 loss 2.31 step_time 91.0 ms (data 0.8 ms, "
+                   f"fwd {83.0 if r else 2.4 + s / 100:.1f} ms, bwd+allreduce {7.1 if r else 80.3:.1f} ms)\n"
+                   for s in (10, 20, 30, 40) for r in (0, 1))
+    f = run(text).findings[0]
+    assert (f.rule, f.facts["slow_ranks"], f.facts["metric"]) == ("straggler.peer_values", [1], "fwd")
+
+
+def test_a_rank_slow_at_half_the_steps_is_jitter(run):
+    lines = []
+    for step, slow in ((5, True), (10, False), (15, True), (20, False)):
+        for rank, base in ((0, 5.1), (1, 4.9), (2, 5.0)):
+            fwd = 16.6 if (rank == 1 and slow) else base
+            lines.append(f"[rank{rank}] iter {step:>3} loss 2.31 data+fwd {fwd} ms | bwd+allreduce 40.2 ms\n")
+    assert run("".join(lines)).findings == []
