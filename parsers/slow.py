@@ -15,7 +15,7 @@ from parsers.slow_inspector import InspectorParser, busbw_facts
 from parsers.slow_pipeline import BubbleParser
 from parsers.slow_straggler import StragglerParser
 from parsers.slow_peers import PeerParser
-from parsers.slow_tables import PhaseTableParser
+from parsers.slow_tables import CProfileParser, PhaseTableParser
 from parsers.slow_timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT, LightningProfilerParser, MegatronTimerParser
 from parsers.slow_util import UtilParser, UtilSamplesParser
 
@@ -101,12 +101,13 @@ _INCLUSIVE = ("time", "batch_time", "iter_time", "batch_cost")
 # 1.296 (2.388)" — this batch's value, then the running average since the epoch began, which is what counts
 _AVG_DATA = rx(r"\bData:?\s+(\d+(?:\.\d+)?)s?\s+\(\s*(\d+(?:\.\d+)?)s?\s*\)", needs=("Data",))
 _AVG_TIME = rx(r"\bTime:?\s+(\d+(?:\.\d+)?)s?(?:,\s*[\d.]+/s)?\s+\(\s*(\d+(?:\.\d+)?)s?", needs=("Time",))
-AVG_MIN_ITERS = 10   # a running average over fewer steps is still mostly the first one (workers starting)
+AVG_MIN_ITERS = 10   # a running average over fewer steps is still mostly the first one (workers starting) ...
+AVG_FEW_ITERS, AVG_FEW_PCT = 3, 50.0   # ... unless it covers a few steps and holds half of them
 # A short paste (people paste the two or three lines around the event) is judged on its own, with a higher bar the
 # fewer steps it shows: (steps read, input share that counts)
 SHORT_PASTE_PCT = {1: 75.0, 2: 50.0}
 _ITER_KEY = rx(r"(?i)\biter(?:ation)?\s*[:=]\s*(\d+)")   # Paddle's "iter: 20" (before its "epoch: [1/500]")
-_ITER = rx(r"(?i)\biter\w*\W{0,3}(\d+)\s*/\s*\d+|\[\s*(\d+)\s*/\s*\d+\]")
+_ITER = rx(r"(?i)\biter\w*\W{0,3}(\d+)\s*/\s*\d+|\[\s*(\d+)\s*/\s*\d+(?:\s*\(\s*\d+%\))?\]")   # timm: "[ 3/4 (100%)]"
 MIN_STEPS = 3
 
 
@@ -130,7 +131,7 @@ class StepTimingParser(Parser):
             it = search(_ITER, t)
             n = int(next(g for g in it.groups() if g is not None)) if it else None
             data, total = float(ad.group(2)), float(at.group(2))
-            if n is not None and n >= AVG_MIN_ITERS and 0 < data <= total:
+            if n is not None and n >= AVG_FEW_ITERS and 0 < data <= total:
                 self.running = (data, total, n, hit.no, t)   # the latest average covers every step before it
             return
         d = search(_TIMING, t)
@@ -158,7 +159,7 @@ class StepTimingParser(Parser):
     def _running(self) -> list[Finding]:
         data, total, n, no, text = self.running
         share = round(100 * data / total, 1)
-        if share <= INPUT_BAD_PCT:
+        if share <= (INPUT_BAD_PCT if n >= AVG_MIN_ITERS else AVG_FEW_PCT):
             return []
         self.ev.add(no, text)
         title = (f"The step waits on input data: data loading takes {share:g}% of the step time on average over "
@@ -308,4 +309,4 @@ class CommProfileParser(Parser):
 
 PARSERS = (InputParser, StepTimingParser, MegatronTimerParser, LightningProfilerParser, UtilParser, UtilSamplesParser,
            BusbwParser, CommProfileParser, InspectorParser, StragglerParser, BubbleParser, PhaseTableParser,
-           PeerParser)
+           PeerParser, CProfileParser)

@@ -35,6 +35,7 @@ MAX_GROUPS = 4096
 _WAITING = ("reduce", "gather", "scatter", "broadcast", "comm", "sync", "wait", "barrier", "nccl", "gloo", "all2all",
             "alltoall", "p2p", "send", "recv")
 _STEP_NO = re.compile(r"(?i)\b(?:step|iter(?:ation)?)\s*[:=]?\s*(\d+)\b(?!\.\d|\s*m?s\b)")
+_PROCESS = re.compile(r"\[(?:process|proc|worker)\s*(\d{1,5})(?:\s*/\s*\d{1,5})?\]", re.I)
 _PHASE = re.compile(r"(?i)\b([a-z][\w/-]*?)\s*[:=]?\s+(\d+(?:\.\d+)?)\s*(ms|s)\b")
 
 
@@ -46,7 +47,7 @@ def _time_like(text: str) -> bool:
 class PeerParser(Parser):
     name = "slow_peers"
     # (a peer table's header has its column names apart: "rank   data_time"; tqdm's it/s is a single process's)
-    triggers = (" ms ", " ms,", "{0:", "{1:", "{2:", "{3:", "rank  ", "node  ", "worker  ", "host  ", "rank\t", "node\t", "Rank  ",
+    triggers = (" ms ", " ms,", *(f"{d}ms " for d in range(10)), "{0:", "{1:", "{2:", "{3:", "rank  ", "node  ", "worker  ", "host  ", "rank\t", "node\t", "Rank  ",
                 "Node  ", "Worker  ", "samples/s", "samples per second", "tokens/s", "tok/s", "img/s", "images/s",
                 "sequences/s")
     after = 40
@@ -66,6 +67,8 @@ class PeerParser(Parser):
     def _phase_line(self, hit: Hit) -> bool:
         """A rank's step line with timed phases (see the module's docstring); True when it was one."""
         rank = rank_of(hit.text)
+        if rank is None and (p := _PROCESS.search(hit.text[:80])):
+            rank = int(p.group(1))   # a script's own "[process 1/2]" / "[worker 3]" label
         if rank is None:
             return False
         t = strip_prefixes(hit.text)
@@ -80,7 +83,7 @@ class PeerParser(Parser):
         return True
 
     def feed(self, hit: Hit) -> None:
-        if (" ms " in hit.text or " ms," in hit.text) and self._phase_line(hit):
+        if "ms" in hit.text and self._phase_line(hit):
             return
         t = strip_prefixes(hit.text)
         if "{" in t and _time_like(t):

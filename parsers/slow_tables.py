@@ -184,4 +184,54 @@ def _part_of_table(line: str) -> bool:
     return len(parts) >= 3 and all(not _CELL.fullmatch(p) for p in parts)   # a header
 
 
-PARSERS = (PhaseTableParser,)
+_CPROFILE_HEAD = re.compile(r"function calls(?: \(\d+ primitive calls\))? in ([\d.]+) seconds")
+_CPROFILE_ROW = re.compile(r"^\s*\d+(?:/\d+)?\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s+(\S.*)$")
+# the functions through which a training loop waits for its next batch
+_FETCH_FUNCS = ("dataloader.py", "fetch.py", "(__getitem__)", "(__next__)", "(_next_data)")
+
+
+class CProfileParser(Parser):
+    """A whole run under cProfile (`python -m cProfile -s cumtime train.py`, torch's old bottleneck tool): the batch
+    fetch's cumulative time (DataLoader.__next__, the fetcher, the Dataset's __getitem__) against the run's total.
+    The per-action blocks of Lightning's advanced profiler ("Profile stats for: …") are its reader's (slow_timers)."""
+    name = "slow_input_cprofile"
+    triggers = ("function calls", "dataloader.py", "fetch.py", "(__getitem__)")
+    before = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total: float | None = None
+        self.in_run = False
+        self.fetch: tuple[float, int, str] | None = None
+
+    def feed(self, hit: Hit) -> None:
+        t = hit.text
+        m = _CPROFILE_HEAD.search(t)
+        if m:
+            self.in_run = not any("Profile stats for:" in b for b in hit.before)
+            if self.in_run:
+                self.total = max(self.total or 0.0, float(m.group(1)))
+            return
+        if not self.in_run:
+            return
+        r = _CPROFILE_ROW.match(t)
+        if r and any(f in r.group(2) for f in _FETCH_FUNCS):
+            cum = float(r.group(1))
+            if self.fetch is None or cum > self.fetch[0]:
+                self.fetch = (cum, hit.no, t)
+
+    def finish(self, ctx: Context) -> list[Finding]:
+        if not self.total or not self.fetch:
+            return []
+        share = round(100 * min(self.fetch[0] / self.total, 1.0), 1)
+        if share <= INPUT_BAD_PCT:
+            return []
+        self.ev.add(self.fetch[1], self.fetch[2])
+        return [Finding(symptom="slow_input", rule="slow_input.phase_table", severity="warning", confidence=0.65,
+                        title=(f"The step waits on input data: fetching batches takes {share:g}% of the profiled run "
+                               "(cProfile's cumulative time)"),
+                        evidence=self.ev.items, facts={"input_share_pct": share, "input_row": self.fetch[2].split()[-1][:120]},
+                        first_line=self.ev.first())]
+
+
+PARSERS = (PhaseTableParser, CProfileParser)

@@ -167,3 +167,41 @@ def test_horovods_stall_inspector_is_a_peer_wait(run):
 ])
 def test_nccl_result_codes_in_other_wordings(run, line):
     assert _first(run(line + "\n")) == ("nccl_error", "nccl_error.code")
+
+
+TIMM = ("Train: 2 [   {i}/4 ({p:>3}%)]  Loss: 1.70 (2.01)  Time: 3.632s,    4.40/s  ({ta}s,    4.68/s)  LR: 1.250e-02  "
+        "Data: 1.129 ({da})\n")
+
+
+@pytest.mark.parametrize("da, fires", [("1.851", True), ("0.412", False)])
+def test_timms_running_averages_over_a_few_steps_count_from_half(run, da, fires):
+    text = "".join(TIMM.format(i=i, p=25 * (i + 1), ta="3.421", da=da) for i in range(4))
+    assert (_first(run(text)) == ("slow_input", "slow_input.step_timing")) is fires
+
+
+CPROFILE = """         2849479 function calls (2809978 primitive calls) in 118.110 seconds
+
+   Ordered by: cumulative time
+
+   ncalls  tottime  percall  cumtime  percall filename:lineno(function)
+        1    0.012    0.012  118.162  118.162 train.py:1(<module>)
+       51    0.002    0.000   {cum}    1.919 dataloader.py:720(__next__)
+      768    0.388    0.001   {cum}    0.127 train.py:6(__getitem__)
+     9216   86.448    0.009   86.448    0.009 {{built-in method torch._C._nn.avg_pool2d}}
+"""
+
+
+def test_a_cprofiled_run_waiting_on_its_batches_is_slow_input(run):
+    f = run(CPROFILE.format(cum="97.850")).findings[0]
+    assert (f.symptom, f.rule, f.facts["input_share_pct"]) == ("slow_input", "slow_input.phase_table", 82.8)
+
+
+def test_a_cprofiled_run_with_a_quick_loader_stays_quiet(run):
+    assert run(CPROFILE.format(cum="4.850")).findings == []
+
+
+def test_lightnings_advanced_profiler_sections_are_not_a_whole_run(run):
+    text = ("Profile stats for: [_TrainingEpochLoop].train_dataloader_next\n" + CPROFILE.format(cum="97.850")
+            + "Profile stats for: [Strategy]SingleDeviceStrategy.training_step\n"
+            "         68226 function calls (56050 primitive calls) in 900.0 seconds\n")
+    assert run(text).findings == []   # 118 s of fetching against 900 s of training steps: its reader's call, 11.6%

@@ -101,3 +101,10 @@ def test_a_rank_slow_at_half_the_steps_is_jitter(run):
             fwd = 16.6 if (rank == 1 and slow) else base
             lines.append(f"[rank{rank}] iter {step:>3} loss 2.31 data+fwd {fwd} ms | bwd+allreduce 40.2 ms\n")
     assert run("".join(lines)).findings == []
+
+
+def test_a_scripts_own_process_label_names_the_straggler(run):
+    text = "".join(f"[process {p}/2] step {s:>3} loss=2.34 compute={151.6 if p else 0.9:>7.1f}ms "
+                   f"backward+sync={4.4 if p else 157.4:>7.1f}ms step=  160.6ms/it\n" for s in (8, 16, 24, 32) for p in (1, 0))
+    f = run(text).findings[0]
+    assert (f.rule, f.facts["slow_ranks"], f.facts["metric"]) == ("straggler.peer_values", [1], "compute")
