@@ -55,7 +55,8 @@ def _str(text) -> str:
     return (text.decode("utf-8", "replace") if isinstance(text, bytes) else text).strip()[:500]
 
 
-_SKIP = ("validation", "eval_", "eval ", "val_loss", "val loss", "test loss", "test_loss")
+# (and the HF Trainer's end-of-training summary, whose train_loss is the run's average)
+_SKIP = ("validation", "eval_", "eval ", "val_loss", "val loss", "test loss", "test_loss", "train_samples_per_second")
 
 
 class LossParser(Parser):

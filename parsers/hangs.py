@@ -23,9 +23,7 @@ _STORE = rx(r"is setting up NCCL communicator and retrieving ncclUniqueId from \
 # a TCPStore get/wait that ran out: "Socket Timeout" before PyTorch 2.5, "wait timeout after <ms>ms, keys: ..." since
 # gloo's transport (gloo/transport/tcp/unbound_buffer.cc, pair.cc): a collective or barrier on the gloo backend whose
 # peer never sent or received within the process group's timeout
-# Horovod's stall inspector: ranks submitted a collective and wait for the rest ("[missing ranks: 815]")
-_HOROVOD_STALL = rx(r"waiting for remainder of ranks for more than (\d+) seconds", needs=("remainder of ranks",))
-_GLOO = rx(r"Timed out waiting (\d+) ?ms for (recv|send) operation to complete", needs=("Timed out waiting",))
+_GLOO = rx(r"Timed out waiting (\d{1,12}) ?ms for (recv|send) operation to complete", needs=("Timed out waiting",))
 # (torch elastic's rendezvous giving up on the other nodes is the same wait one level up: RendezvousTimeoutError)
 _STORE_WAIT = rx(r"(?:DistStoreError|RuntimeError): (?:Socket Timeout|[Ww]ait timeout after (\d+) ?ms)"
                  r"|rendezvous\.api\.RendezvousTimeoutError|RendezvousTimeoutError: ")
@@ -59,7 +57,7 @@ class TimeoutParser(Parser):
                 "Heartbeat monitor timed out", "watchdog got stuck", "communicator was aborted", "store based barrier", "client socket has timed out",
                 "clients joined", "retrieving ncclUniqueId", "exitcode", "Root Cause (first observed failure)",
                 "operations have failed or timed out", "Socket Timeout", "ait timeout after", "workers joined",
-                "Timed out waiting", "RendezvousTimeoutError", "remainder of ranks",
+                "Timed out waiting", "RendezvousTimeoutError",
                 _CHECK_TIMEOUT)
     before = 4
     after = 2
@@ -129,13 +127,6 @@ class TimeoutParser(Parser):
             r.kinds.add("watchdog")
             r.seq = r.seq if r.seq is not None else int(m.group(1))
             r.enqueued, r.completed = int(m.group(2)), int(m.group(3))
-            matched = True
-        m = search(_HOROVOD_STALL, t)
-        if m:
-            r = self._rec(rank, hit.no)
-            r.kinds.add("peer_wait")
-            r.op = r.op or "Horovod collective"
-            r.timeout_ms = int(m.group(1)) * 1000
             matched = True
         m = search(_GLOO, t)
         if m:

@@ -47,6 +47,7 @@ def line_of(x):
 
 # A short paste (1-2 points of history): a point this many times all of it and this much above it is a spike
 SHORT_JUMPS = ((10.0, 1.0), (4.0, 2.0))
+SHORT_HISTORY, SHORT_HISTORY_REL1 = 5, 2.0   # under this many points of history with no spread: at least 2x
 RISE_RUN = 4       # divergence: this many rises in a row ...
 RISE_RATIO = 1.5   # ... ending this many times above where the climb began, and at least 1.0 above it,
 RISE_OVER_TOP = 1.3   # and this many times above the highest point of the window where it began (not noise)
@@ -97,6 +98,10 @@ class Series:
                 noise = mad / med
                 # a very smooth curve makes a smaller jump a spike; a very noisy one needs a larger one
                 rel1 = self.smooth_rel1 if noise < 0.02 else self.noisy_rel1 if noise > 0.1 else self.rel1
+                if mad == 0 and len(self.hist) < SHORT_HISTORY:
+                    # three or four points, most of them one repeated value (a progress bar redrawn with the same
+                    # postfix): they tell no noise level, so only a doubling counts
+                    rel1 = max(rel1, SHORT_HISTORY_REL1)
                 if v > med * rel1 and v - med > self.mad_k * max(mad, 0.01 * med):
                     self.spikes += 1
                     if b is not None and b["later_n"] <= 3 and b["later_min"] > b["med"] * 1.2:

@@ -89,7 +89,7 @@ def _breakdown(t: str, step_at: int, dv: float, sv: float) -> bool:
     """Whether the step time is broken down on the line into parts that, with the data time, add up to it ("step_time
     151.5 ms (data 139.1 ms, fwd 2.6 ms, bwd+allreduce 9.8 ms)"): then the step includes the data time."""
     parts = [float(m.group(2)) / (1000.0 if m.group(3).lower() == "ms" else 1.0)
-             for m in _PART.finditer(t, step_at) if not m.group(1).lower().startswith(("data", "step", "time"))]
+             for m in _PART.finditer(t[:1024], step_at) if not m.group(1).lower().startswith(("data", "step", "time"))]
     return bool(parts) and sv > 0 and abs(dv + sum(parts) - sv) <= 0.15 * sv
 
 
@@ -106,8 +106,12 @@ AVG_FEW_ITERS, AVG_FEW_PCT = 3, 50.0   # ... unless it covers a few steps and ho
 # A short paste (people paste the two or three lines around the event) is judged on its own, with a higher bar the
 # fewer steps it shows: (steps read, input share that counts)
 SHORT_PASTE_PCT = {1: 75.0, 2: 50.0}
-_ITER_KEY = rx(r"(?i)\biter(?:ation)?\s*[:=]\s*(\d+)")   # Paddle's "iter: 20" (before its "epoch: [1/500]")
-_ITER = rx(r"(?i)\biter\w*\W{0,3}(\d+)\s*/\s*\d+|\[\s*(\d+)\s*/\s*\d+(?:\s*\(\s*\d+%\))?\]")   # timm: "[ 3/4 (100%)]"
+SHORT_PASTE_LINES = 200   # ... when the input is that: its steps within its first lines
+# a training step's line names its step or carries the step's other fields
+_TRAINING_FIELD = rx(r"(?i)\b(?:loss|lr|eta|mem|samples|ips|it/s|tokens)\b")
+_EVAL_MARKS = ("(val)", "Epoch(val)", "Epoch(test)", "valid", "eval ", "eval_", "Eval", "test ")
+_ITER_KEY = rx(r"(?i)\biter(?:ation)?\s*[:=]\s*(\d{1,9})")   # Paddle's "iter: 20" (before its "epoch: [1/500]")
+_ITER = rx(r"(?i)\biter\w*\W{0,3}(\d{1,9})\s*/\s*\d+|\[\s*(\d{1,9})\s*/\s*\d+(?:\s*\(\s*\d+%\))?\]")   # timm: "[ 3/4 (100%)]"
 MIN_STEPS = 3
 
 
@@ -123,6 +127,7 @@ class StepTimingParser(Parser):
         self.first_line: tuple[int, str] = (0, "")
         self.worst: tuple[float, int, str] | None = None
         self.lines: list[tuple[int, str]] = []   # the first two readings' lines (a short paste's evidence)
+        self.steplike: list[bool] = []           # ... and whether each is a training step's line
         self.running: tuple[float, float, int, int, str] | None = None   # AverageMeter averages: data, step, steps
 
     def feed(self, hit: Hit) -> None:
@@ -134,6 +139,8 @@ class StepTimingParser(Parser):
             if n is not None and n >= AVG_FEW_ITERS and 0 < data <= total:
                 self.running = (data, total, n, hit.no, t)   # the latest average covers every step before it
             return
+        if any(m in t for m in _EVAL_MARKS):
+            return   # validation and test steps have timings of their own
         d = search(_TIMING, t)
         st = search(_STEP, t) if d else None
         if not st or st.start() == d.start():
@@ -150,6 +157,8 @@ class StepTimingParser(Parser):
             self.first_line = (hit.no, t)
         if len(self.lines) < 2:
             self.lines.append((hit.no, t))
+            self.steplike.append(search(_ITER_KEY, t) is not None or search(_ITER, t) is not None
+                                 or search(_TRAINING_FIELD, t) is not None)
         self.readings.append((dv, total))
         it = search(_ITER_KEY, t) or search(_ITER, t)
         self.iters.append(int(next(g for g in it.groups() if g is not None)) if it else None)
@@ -206,6 +215,8 @@ class StepTimingParser(Parser):
 def _short_paste_finding(parser: "StepTimingParser") -> list[Finding]:
     """One or two steps pasted: no warm-up is left out (there is nothing to compare it with), so only a share that no
     first step explains counts — and not at all when the one step shown is a run's or an epoch's first."""
+    if not any(parser.steplike) or parser.lines[-1][0] > SHORT_PASTE_LINES:
+        return []   # a one-off timing line (set-up, preprocessing) or a long log: not a paste of training steps
     first = 1 if parser.iters[0] in (0, 1) else 0   # a run's or an epoch's first step waits for the workers
     readings, lines = parser.readings[first:], parser.lines[first:]
     n = len(readings)

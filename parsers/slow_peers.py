@@ -22,26 +22,33 @@ from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text,
 
 TIME_SLOW = 1.5     # a peer's time this many times the median of its peers
 PAIR_SLOW = 2.0     # with two peers, this many times the other's
+PHASE_MIN_MS = 10.0   # and at least this much longer (a rank's logging taking 3 ms against 0.2 ms is no straggler)
+MAP_MIN_S = 1.0       # a peer map's or table's time: at least this much above the median (its unit is seconds)
 RATE_SLOW = 0.7     # a peer's throughput this fraction of the median or less
 MIN_PEERS = 3
 
-_MAP = re.compile(r"\{\s*(\d+\s*:\s*-?\d+(?:\.\d+)?(?:\s*,\s*\d+\s*:\s*-?\d+(?:\.\d+)?){2,})\s*,?\s*\}")
-_TIME_WORDS = ("time", "elapsed", "latency", "duration", "_s", "(s)", "ms")
+_MAP = re.compile(r"\{\s*(\d{1,6}\s*:\s*-?\d{1,12}(?:\.\d+)?(?:\s*,\s*\d{1,6}\s*:\s*-?\d{1,12}(?:\.\d+)?){2,})\s*,?\s*\}")
 _RATE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(samples/s(?:ec)?|samples per second|tokens/s(?:ec)?|tok/s|img/s|"
                    r"images/s(?:ec)?|sequences/s(?:ec)?)", re.I)
 _NUM = re.compile(r"-?\d+(?:\.\d+)?")
 _PEER_HEAD = re.compile(r"^\s*(rank|node|worker|host|gpu)\s+(\S.*)$", re.I)
 MAX_GROUPS = 4096
+GROUP_CAP = 64
+MAX_SCAN = 1024   # the plain-re patterns read a line's first KiB (a step line is short; a 1 MB line must not cost seconds)
 _WAITING = ("reduce", "gather", "scatter", "broadcast", "comm", "sync", "wait", "barrier", "nccl", "gloo", "all2all",
             "alltoall", "p2p", "send", "recv")
-_STEP_NO = re.compile(r"(?i)\b(?:step|iter(?:ation)?)\s*[:=]?\s*(\d+)\b(?!\.\d|\s*m?s\b)")
+_STEP_NO = re.compile(r"(?i)\b(?:step|iter(?:ation)?)\s*[:=]?\s*(\d{1,9})\b(?!\.\d|\s*m?s\b)")
 _PROCESS = re.compile(r"\[(?:process|proc|worker)\s*(\d{1,5})(?:\s*/\s*\d{1,5})?\]", re.I)
 _PHASE = re.compile(r"(?i)\b([a-z][\w/-]*?)\s*[:=]?\s+(\d+(?:\.\d+)?)\s*(ms|s)\b")
 
 
+_TIME_KEY = re.compile(r"(?i)(?:\b|_)(?:time|elapsed|latency|duration|secs?)\b|\(s\)|\(ms\)|(?<=\w)_(?:s|ms)\b")
+
+
 def _time_like(text: str) -> bool:
-    low = text.lower()
-    return any(w in low for w in _TIME_WORDS)
+    """Whether a key or line names a time: a word (time, elapsed, latency), or a unit marked as one ('(ms)', '_s')
+    — not a substring of "params" or "num_samples"."""
+    return _TIME_KEY.search(text) is not None
 
 
 class PeerParser(Parser):
@@ -75,7 +82,7 @@ class PeerParser(Parser):
         step = _STEP_NO.search(t)
         if not step:
             return False
-        for m in _PHASE.finditer(t):
+        for m in _PHASE.finditer(t[:MAX_SCAN]):
             if len(self.phases) >= MAX_GROUPS:
                 break
             ms = float(m.group(2)) * (1000.0 if m.group(3).lower() == "s" else 1.0)
@@ -96,13 +103,15 @@ class PeerParser(Parser):
         if hit.no > self.done_to and (h := _PEER_HEAD.match(t)):
             self._table(hit, h)
             return
-        r = _RATE.search(t)
+        r = _RATE.search(t[:MAX_SCAN])
         if r and len(self.groups) < MAX_GROUPS:
             shape = _NUM.sub("#", t[:r.start()]) + r.group(2)
             steps = tuple(x for x in _NUM.findall(t[:r.start()]) if "." not in x)
             if not steps:
                 return   # no step to line workers up by: one worker's series over time, not peers
-            self.groups.setdefault((shape, steps), []).append((float(r.group(1)), hit.no, hit.text))
+            group = self.groups.setdefault((shape, steps), [])
+            if len(group) < GROUP_CAP:   # peers print a step's line once each: a long group is one worker over time
+                group.append((float(r.group(1)), hit.no, hit.text[:500]))
 
     def _table(self, hit: Hit, head: re.Match) -> None:
         names = head.group(2).split()
@@ -128,9 +137,10 @@ class PeerParser(Parser):
         if len(values) < MIN_PEERS:
             return
         med = median(values.values())
-        slow = sorted(p for p, v in values.items() if v >= TIME_SLOW * max(med, 1e-9) and v - med > 0.05)
+        slow = sorted(p for p, v in values.items() if v >= TIME_SLOW * max(med, 1e-9) and v - med >= MAP_MIN_S)
         if slow and 2 * len(slow) < len(values):
-            self._offer(max(values.values()) / max(med, 1e-9) - 1, (peer, slow), metric, no, text)
+            # (a median near zero — ranks that prefetch — gives no ratio worth printing: capped at 100x)
+            self._offer(min(max(values.values()) / max(med, 1e-9) - 1, 100.0), (peer, slow), metric, no, text)
 
     def _judge_phases(self) -> None:
         by_phase: dict[str, list[dict[int, tuple[float, int, str]]]] = {}
@@ -145,7 +155,7 @@ class PeerParser(Parser):
                 for r, v in ranks.items():
                     ref = median(x[0] for q, x in ranks.items() if q != r)   # the other ranks at this step
                     bar = TIME_SLOW if len(ranks) > 2 else PAIR_SLOW
-                    if ref > 0 and v[0] >= bar * ref:
+                    if ref > 0 and v[0] >= bar * ref and v[0] - ref >= PHASE_MIN_MS:
                         slow_at.setdefault(r, []).append((v[0] / ref - 1, v[1], v[2]))
             # slow at three steps in four or more (jitter on a busy host makes a rank slow now and then)
             slow = sorted(r for r, hits in slow_at.items() if len(hits) >= 2 and 4 * len(hits) >= 3 * len(steps))

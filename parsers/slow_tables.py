@@ -25,6 +25,7 @@ _CELL = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%|us|ms|s|min)?")
 _DATA = ("dataloader", "data_loader", "data loading", "data_loading", "load_data", "data_load", "read data",
          "get_train_batch", "train_dataloader_next", "fetch_batch", "next_data")
 _LIGHTNING = ("train_dataloader_next", "get_train_batch")
+_STEP_PHASE = re.compile(r"(?i)forward|backward|optimi[sz]er|train|step|batch")
 _NAMED_BY_OTHERS = ("Self CPU %", "run_training_epoch")
 MIN_ROWS = 3   # a table of times only: at least this many phases to share the step
 _CPU_TOTAL = re.compile(r"Self CPU time total:\s*([\d.]+)\s*(us|ms|s)\b")
@@ -135,7 +136,11 @@ class PhaseTableParser(Parser):
                 if _is_data(name) and (self.input is None or pc[0] > self.input[0]):
                     self.input = (pc[0], name, no, x)
             return
-        timed = [(cells[-1][0], no, x, name) for no, x, name, _, cells in pcts if cells and cells[-1][0] >= 0]
+        unit = any(c[-1][1] in _TO_MS for *_, c in pcts if c)
+        timed = [(cells[-1][0] * _TO_MS.get(cells[-1][1], 1000.0 if unit else 1.0), no, x, name)
+                 for no, x, name, _, cells in pcts if cells and cells[-1][0] >= 0]
+        if not any(_STEP_PHASE.search(t[3]) for t in timed):
+            return   # no forward/backward/optimizer/train row: a start-up timing summary, not a step's phases
         data = [t for t in timed if _is_data(t[3])]
         total = sum(t[0] for t in timed)
         if len(timed) >= MIN_ROWS and data and total > 0:

@@ -64,7 +64,7 @@ OPTIMIZER_BAD_PCT = 50.0   # the optimizer step holding over half of each step
 def _optimizer_share(b: dict[str, float]) -> float | None:
     """The share of one report's step spent in the optimizer step (DeepSpeed's step against forward + backward +
     step; Megatron's optimizer against forward-backward + optimizer), or None when it does not say."""
-    if "ds_step" in b and ("ds_forward" in b or "ds_backward" in b):
+    if "ds_step" in b and "ds_forward" in b and "ds_backward" in b:
         total = b.get("ds_forward", 0.0) + b.get("ds_backward", 0.0) + b["ds_step"]
         return b["ds_step"] / total if total > 0 else None
     if "optimizer" in b and "forward-backward" in b:

@@ -154,11 +154,12 @@ def test_a_loaders_own_time_in_its_workers_is_no_wait(run):
     assert run(text).findings == []
 
 
-def test_horovods_stall_inspector_is_a_peer_wait(run):
+def test_horovods_stall_inspector_warning_alone_is_advisory(run):
+    # Horovod warns after 60 s and goes on unless HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is set: no critical timeout
     text = ("WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and "
             "are waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are "
             "trying to submit different tensors.\nStalled ops:\nHorovodAllreduce_grads_0 [missing ranks: 17]\n")
-    assert _first(run(text)) == ("nccl_timeout", "nccl_timeout.peer_wait")
+    assert run(text).findings == []
 
 
 @pytest.mark.parametrize("line", [

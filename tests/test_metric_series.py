@@ -99,3 +99,16 @@ def test_a_jump_off_a_falling_curve_is_a_spike(run):
 
 def test_a_noisy_per_batch_curve_with_a_large_swing_stays_quiet(run):
     assert "loss_spike" not in _symptoms(run(_hf_quoted([1.2, 2.9, 0.8, 2.6, 1.1, 3.0, 0.9, 2.4, 1.0, 2.1])))
+
+
+def test_a_progress_bar_redrawing_one_loss_is_no_noise_level(run):
+    # tqdm redraws repeat the postfix: three points, two of them the same value, then a 1.7x move is not a spike
+    text = "".join(f"Iteration: [{i}/64]  97%|#########4 , loss={v} [00:01<00:00]\n"
+                   for i, v in ((62, 0.171), (62, 0.0717), (63, 0.0717), (63, 0.121), (64, 0.121)))
+    assert "loss_spike" not in _symptoms(run(text))
+
+
+def test_a_doubling_after_a_redrawn_value_is_still_a_spike(run):
+    text = "".join(f"Iteration: [{i}/64]  97%|#########4 , loss={v} [00:01<00:00]\n"
+                   for i, v in ((62, 1.71), (62, 1.55), (63, 1.55), (63, 3.9), (64, 3.9)))
+    assert _symptoms(run(text))[:1] == ["loss_spike"]
