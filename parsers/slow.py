@@ -15,7 +15,7 @@ from parsers.slow_inspector import InspectorParser, busbw_facts
 from parsers.slow_pipeline import BubbleParser
 from parsers.slow_straggler import StragglerParser
 from parsers.slow_peers import PeerParser
-from parsers.slow_tables import CProfileParser, PhaseTableParser
+from parsers.slow_tables import TO_MS, CProfileParser, PhaseTableParser
 from parsers.slow_timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT, LightningProfilerParser, MegatronTimerParser
 from parsers.slow_util import UtilParser, UtilSamplesParser
 
@@ -23,7 +23,6 @@ from parsers.slow_util import UtilParser, UtilSamplesParser
 _HEADER = rx(r"^\s*Name\s+Self CPU %\s+Self CPU\s+CPU total %\s+CPU total\b")
 _DATALOADER_ROW = rx(r"^\s*(enumerate\(DataLoader\)\S*)\s+([\d.]+)%\s+\S+\s+([\d.]+)%\s+([\d.]+)(us|ms|s)\b")
 _TOTAL = rx(r"^Self CPU time total:\s*([\d.]+)(us|ms|s)\b")
-_TO_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
 
 class InputParser(Parser):
@@ -54,7 +53,7 @@ class InputParser(Parser):
             return
         m = search(_TOTAL, t)
         if m:
-            self.total_ms = round(float(m.group(1)) * _TO_MS[m.group(2)], 3)
+            self.total_ms = round(float(m.group(1)) * TO_MS[m.group(2)], 3)
 
     def finish(self, ctx: Context) -> list[Finding]:
         if self.share is None or self.share <= INPUT_BAD_PCT:
@@ -96,6 +95,8 @@ def _breakdown(t: str, step_at: int, dv: float, sv: float) -> bool:
 def _seconds(m) -> float:
     value, unit = (m.group(2), m.group(3)) if m.group(2) is not None else (m.group(4), m.group(5))
     return float(value) / (1000.0 if unit and unit.lower() == "ms" else 1.0)
+
+
 _INCLUSIVE = ("time", "batch_time", "iter_time", "batch_cost")
 # AverageMeter-style pairs (torchvision's and timm's ImageNet scripts, deepspeech.pytorch): "Time 1.599 (2.648)  Data
 # 1.296 (2.388)" — this batch's value, then the running average since the epoch began, which is what counts
@@ -178,7 +179,28 @@ class StepTimingParser(Parser):
                         facts={"input_share_pct": share, "steps_read": n}, first_line=self.ev.first())]
 
     def _short(self) -> list[Finding]:
-        return _short_paste_finding(self)
+        """One or two steps pasted: no warm-up is left out (there is nothing to compare it with), so only a share
+        that no first step explains counts — and not at all when the one step shown is a run's or an epoch's first."""
+        if not any(self.steplike) or self.lines[-1][0] > SHORT_PASTE_LINES:
+            return []   # a one-off timing line (set-up, preprocessing) or a long log: not a paste of training steps
+        first = 1 if self.iters[0] in (0, 1) else 0   # a run's or an epoch's first step waits for the workers
+        readings, lines = self.readings[first:], self.lines[first:]
+        n = len(readings)
+        if not n:
+            return []
+        data, total = (sum(r[i] for r in readings) for i in (0, 1))
+        share = round(100 * data / total, 1) if total else 0.0
+        if share < SHORT_PASTE_PCT[n]:
+            return []
+        worst = max(range(n), key=lambda i: readings[i][0] / readings[i][1])
+        no, text = lines[worst]
+        self.ev.add(no, text)
+        facts = {"input_share_pct": share, "steps_read": n,
+                 "worst_step_input_pct": round(100 * readings[worst][0] / readings[worst][1], 1)}
+        title = (f"The step waits on input data: data loading takes {share:g}% of the step time in the {n} logged "
+                 f"step{'s' if n > 1 else ''} shown")
+        return [Finding(symptom="slow_input", rule="slow_input.step_timing", title=title, severity="warning",
+                        confidence=0.6, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
 
     def _warm_up(self) -> int:
         """How many leading readings to leave out: the first logged step also waits for the workers to start and
@@ -210,31 +232,6 @@ class StepTimingParser(Parser):
                  f"{self.steps} logged steps")
         return [Finding(symptom="slow_input", rule="slow_input.step_timing", title=title, severity="warning",
                         confidence=0.75, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
-
-
-def _short_paste_finding(parser: "StepTimingParser") -> list[Finding]:
-    """One or two steps pasted: no warm-up is left out (there is nothing to compare it with), so only a share that no
-    first step explains counts — and not at all when the one step shown is a run's or an epoch's first."""
-    if not any(parser.steplike) or parser.lines[-1][0] > SHORT_PASTE_LINES:
-        return []   # a one-off timing line (set-up, preprocessing) or a long log: not a paste of training steps
-    first = 1 if parser.iters[0] in (0, 1) else 0   # a run's or an epoch's first step waits for the workers
-    readings, lines = parser.readings[first:], parser.lines[first:]
-    n = len(readings)
-    if not n:
-        return []
-    data, total = (sum(r[i] for r in readings) for i in (0, 1))
-    share = round(100 * data / total, 1) if total else 0.0
-    if share < SHORT_PASTE_PCT[n]:
-        return []
-    worst = max(range(n), key=lambda i: readings[i][0] / readings[i][1])
-    no, text = lines[worst]
-    parser.ev.add(no, text)
-    facts = {"input_share_pct": share, "steps_read": n,
-             "worst_step_input_pct": round(100 * readings[worst][0] / readings[worst][1], 1)}
-    title = (f"The step waits on input data: data loading takes {share:g}% of the step time in the {n} logged "
-             f"step{'s' if n > 1 else ''} shown")
-    return [Finding(symptom="slow_input", rule="slow_input.step_timing", title=title, severity="warning",
-                    confidence=0.6, evidence=parser.ev.items, facts=facts, first_line=parser.ev.first())]
 
 
 # slow_comm: the collectives run far below what the fabric carries — nccl-tests bus bandwidth at large messages

@@ -54,8 +54,8 @@ def _time_like(text: str) -> bool:
 class PeerParser(Parser):
     name = "slow_peers"
     # (a peer table's header has its column names apart: "rank   data_time"; tqdm's it/s is a single process's)
-    triggers = (" ms ", " ms,", *(f"{d}ms " for d in range(10)), "{0:", "{1:", "{2:", "{3:", "rank  ", "node  ", "worker  ", "host  ", "rank\t", "node\t", "Rank  ",
-                "Node  ", "Worker  ", "samples/s", "samples per second", "tokens/s", "tok/s", "img/s", "images/s",
+    triggers = (" ms ", " ms,", *(f"{d}ms " for d in range(10)), "{0:", "{1:", "{2:", "{3:", "rank  ", "node  ",
+                "worker  ", "host  ", "rank\t", "node\t", "Rank  ", "Node  ", "Worker  ", "samples/s", "samples per second", "tokens/s", "tok/s", "img/s", "images/s",
                 "sequences/s")
     after = 40
 

@@ -18,7 +18,7 @@ import re
 
 from core.models import Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, strip_prefixes
-from parsers.slow_timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT
+from parsers.slow_timers import CPROFILE_TOTAL, COMM_SHARE_BAD_PCT, INPUT_BAD_PCT
 
 _SPLIT = re.compile(r"\s*\|\s*|\s*\t\s*|\s{2,}")
 _CELL = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%|us|ms|s|min)?")
@@ -29,7 +29,7 @@ _STEP_PHASE = re.compile(r"(?i)forward|backward|optimi[sz]er|train|step|batch")
 _NAMED_BY_OTHERS = ("Self CPU %", "run_training_epoch")
 MIN_ROWS = 3   # a table of times only: at least this many phases to share the step
 _CPU_TOTAL = re.compile(r"Self CPU time total:\s*([\d.]+)\s*(us|ms|s)\b")
-_TO_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "min": 60000.0}
+TO_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "min": 60000.0}
 _COLLECTIVE_ROWS = ("gloo:", "c10d::", "nccl:")
 
 
@@ -89,7 +89,7 @@ class PhaseTableParser(Parser):
         block = lines[lo:hi + 1]
         rows = [(first_no + lo + i, x, r) for i, x in enumerate(block) if (r := _row(x)) is not None]
         total = next((m for x in lines[hi + 1:hi + 4] if (m := _CPU_TOTAL.search(x))), None)
-        total_ms = float(total.group(1)) * _TO_MS[total.group(2)] if total else None
+        total_ms = float(total.group(1)) * TO_MS[total.group(2)] if total else None
         if any(k in x for x in block for k in _NAMED_BY_OTHERS):
             # the dedicated readers own a profiler table under its header, except a CPU-only one's collectives
             if total_ms and not any("Self CUDA" in x for x in block):
@@ -102,8 +102,8 @@ class PhaseTableParser(Parser):
         c10d::…, nccl:…) by their CPU total time against the profile's total."""
         comm = []
         for no, x, (name, cells) in rows:
-            if name.startswith(_COLLECTIVE_ROWS) and len(cells) >= 4 and cells[3][1] in _TO_MS:
-                comm.append((cells[3][0] * _TO_MS[cells[3][1]], name, no, x))
+            if name.startswith(_COLLECTIVE_ROWS) and len(cells) >= 4 and cells[3][1] in TO_MS:
+                comm.append((cells[3][0] * TO_MS[cells[3][1]], name, no, x))
         if comm and total_ms > 0:
             top = max(comm)
             share = round(100 * min(top[0] / total_ms, 1.0), 2)
@@ -136,8 +136,8 @@ class PhaseTableParser(Parser):
                 if _is_data(name) and (self.input is None or pc[0] > self.input[0]):
                     self.input = (pc[0], name, no, x)
             return
-        unit = any(c[-1][1] in _TO_MS for *_, c in pcts if c)
-        timed = [(cells[-1][0] * _TO_MS.get(cells[-1][1], 1000.0 if unit else 1.0), no, x, name)
+        unit = any(c[-1][1] in TO_MS for *_, c in pcts if c)
+        timed = [(cells[-1][0] * TO_MS.get(cells[-1][1], 1000.0 if unit else 1.0), no, x, name)
                  for no, x, name, _, cells in pcts if cells and cells[-1][0] >= 0]
         if not any(_STEP_PHASE.search(t[3]) for t in timed):
             return   # no forward/backward/optimizer/train row: a start-up timing summary, not a step's phases
@@ -189,7 +189,6 @@ def _part_of_table(line: str) -> bool:
     return len(parts) >= 3 and all(not _CELL.fullmatch(p) for p in parts)   # a header
 
 
-_CPROFILE_HEAD = re.compile(r"function calls(?: \(\d+ primitive calls\))? in ([\d.]+) seconds")
 _CPROFILE_ROW = re.compile(r"^\s*\d+(?:/\d+)?\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s+(\S.*)$")
 # the functions through which a training loop waits for its next batch
 _FETCH_FUNCS = ("dataloader.py", "fetch.py", "(__getitem__)", "(__next__)", "(_next_data)")
@@ -211,7 +210,7 @@ class CProfileParser(Parser):
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
-        m = _CPROFILE_HEAD.search(t)
+        m = CPROFILE_TOTAL.search(t)
         if m:
             self.in_run = not any("Profile stats for:" in b for b in hit.before)
             if self.in_run:

@@ -234,7 +234,7 @@ class LightningProfilerParser(Parser):
     def _advanced(self, hit: Hit) -> None:
         action = hit.text.split("Profile stats for:", 1)[1].strip()
         for nxt in hit.after:
-            m = _CPROFILE_TOTAL.search(nxt)
+            m = CPROFILE_TOTAL.search(nxt)
             if m:
                 if action and len(self.advanced) < 512:
                     self.advanced.setdefault(action, (float(m.group(1)), hit.no, hit.text))
@@ -272,7 +272,7 @@ class LightningProfilerParser(Parser):
                         confidence=0.8, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
 
 
-_CPROFILE_TOTAL = re.compile(r"function calls(?: \(\d+ primitive calls\))? in ([\d.]+) seconds")
+CPROFILE_TOTAL = re.compile(r"function calls(?: \(\d+ primitive calls\))? in ([\d.]+) seconds")
 _CONTAINERS = ("run_training_epoch", "run_training_batch", ".run")   # actions that hold the others
 
 

@@ -133,8 +133,8 @@ class UtilSamplesParser(Parser):
         self.head: tuple[int, str] | None = None
         self.dcgm = False   # the samples are DCGM's SM activity (judged against its own, lower bar)
         self.idle: tuple[list[str], int, int, str] | None = None   # one snapshot's idle GPUs, its size, a line
-        self.smi: list[tuple[float, str | None, int, str]] = []   # nvidia-smi table rows: util, GPU index, line
-        self.smi_power: list[tuple[float | None, int]] = []        # the same rows: power / cap, MiB in use
+        # nvidia-smi table rows: util, GPU index (None without the row above), line, power / cap, MiB in use
+        self.smi: list[tuple[float, str | None, int, str, float | None, int]] = []
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
@@ -145,10 +145,9 @@ class UtilSamplesParser(Parser):
             m = search(_SMI_ROW, t)
             if m and len(self.smi) < 10_000:
                 g = search(_SMI_GPU, hit.before[-1]) if hit.before else None
-                self.smi.append((float(m.group(4)), g.group(1) if g else None, hit.no, t))
                 watts = [float(w[:-1]) if w != "N/A" else None for w in (m.group(1), m.group(2))]
-                self.smi_power.append((watts[0] / watts[1] if watts[0] is not None and watts[1] else None,
-                                       int(m.group(3))))
+                power = watts[0] / watts[1] if watts[0] is not None and watts[1] else None
+                self.smi.append((float(m.group(4)), g.group(1) if g else None, hit.no, t, power, int(m.group(3))))
             return
         if search(_DMON_HEAD, t):
             col, split = t.lstrip("#").split().index("sm"), str.split
@@ -195,7 +194,7 @@ class UtilSamplesParser(Parser):
         """nvidia-smi table rows count as samples when they were taken over time (`nvidia-smi -l`, or a row per
         sample without the GPU's name above it), not when they are one snapshot of each GPU (which tells what the
         GPUs did at one instant, perhaps between two jobs)."""
-        gpus = {g for _, g, _, _ in self.smi}
+        gpus = {r[1] for r in self.smi}
         if self.smi and None not in gpus and len(self.smi) <= len(gpus):
             self._snapshot()
             return
@@ -203,14 +202,14 @@ class UtilSamplesParser(Parser):
             return
         if not self.samples:
             self.head = (self.smi[0][2], self.smi[0][3])
-        self.samples.extend(u for u, _, _, _ in self.smi)
+        self.samples.extend(r[0] for r in self.smi)
         self.gpus |= {g for g in gpus if g is not None} or {"?"}
 
     def _snapshot(self) -> None:
         """One nvidia-smi snapshot of each GPU: GPUs that hold a job's memory but sit idle at low power while
         another GPU of the same job is busy (one rank doing the work, or the others waiting on it) — at least as many
         idle as busy, so a GPU caught between two kernels does not count."""
-        rows = [(u, p, mib, g, no, t) for (u, g, no, t), (p, mib) in zip(self.smi, self.smi_power)]
+        rows = [(u, p, mib, g, no, t) for u, g, no, t, p, mib in self.smi]
         busy = [r for r in rows if r[0] >= BUSY_PCT]
         idle = [r for r in rows if r[0] <= IDLE_PCT and r[2] >= HELD_MIB and r[1] is not None and r[1] <= IDLE_POWER]
         # (every GPU idle that way is no evidence: a loaded model waiting for requests, or a job between phases,
