@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import deque
+import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -57,7 +58,10 @@ class SlackBot(FeedbackHandlers):
         self.hosts = allowed_file_hosts(settings.slack_api_base_url)
         self._langs: dict[str, str] = {}
         self.limiter = RateLimiter.parse(settings.rate_limit)
-        self._denied: deque[str] = deque(maxlen=1000)
+        # One admission decision per /diagnose: Bolt starts the ack function and the lazy listener at the same
+        # time, so whichever runs first decides (and reserves the work queue's place), the other reads it.
+        self._admission: OrderedDict[str, str] = OrderedDict()
+        self._admit_lock = threading.Lock()
         store = triage.store
         self.outbox = Outbox(store, on_sent=lambda did, ch, ts: did and ts and store.set_message(did, ch, ts)) \
             if store else None
@@ -72,17 +76,42 @@ class SlackBot(FeedbackHandlers):
                     fn(**kwargs)
                 except Exception as e:
                     log.error("%s failed: %s", fn.__name__, type(e).__name__)
-            if not self.work.submit(run):
+            command = kwargs.get("command")
+            if command is not None:   # a /diagnose: its ack says why when it is not admitted
+                if not self.admit(command):
+                    self.work.submit(run, reserved=True)
+            elif not self.work.submit(run):
                 self._busy(**kwargs)
         return submit
 
+    def admit(self, command: dict) -> str:
+        """'' when this /diagnose runs (its place in the work queue is then reserved), else what to answer instead.
+        Decided once per command, whichever of its ack and its lazy listener asks first."""
+        key = command.get("trigger_id") or command.get("response_url") or ""
+        with self._admit_lock:
+            if key in self._admission:
+                return self._admission[key]
+            text = (command.get("text") or "").strip()
+            user = command.get("user_id", "")
+            if not self.allowed(command.get("channel_id")):
+                decision = NOT_HERE
+            elif kit.is_help(text):
+                decision = kit.USAGE
+            elif not self.limiter.allow(user):
+                decision = self.limiter.message(user)
+            elif not self.work.reserve():
+                decision = self.work.message()
+            else:
+                decision = ""
+            self._admission[key] = decision
+            while len(self._admission) > 1000:
+                self._admission.popitem(last=False)
+            return decision
+
     def _busy(self, client: WebClient, event: dict | None = None, body: dict | None = None, respond=None,
               command: dict | None = None, **_) -> None:
-        """The queue is full: say so where the answer would have gone. A /diagnose is mostly refused at its ack;
-        one that filled up between its ack and here is told through its response_url."""
+        """The queue is full: say so where the answer would have gone (a /diagnose is told at its ack instead)."""
         try:
-            if command is not None and command.get("trigger_id", "") in self._denied:
-                return   # already told at its ack
             if respond is not None:
                 respond(text=self.work.message(), response_type="ephemeral")
             elif event is not None:
@@ -192,25 +221,12 @@ class SlackBot(FeedbackHandlers):
         return next()
 
     def ack_diagnose(self, ack, command: dict) -> None:
-        text = (command.get("text") or "").strip()
-        user = command.get("user_id", "")
-        if not self.allowed(command.get("channel_id")):
-            ack(text=NOT_HERE)
-        elif kit.is_help(text):
-            ack(text=kit.USAGE)
-        elif not self.limiter.allow(user):
-            self._denied.append(command.get("trigger_id", ""))
-            ack(text=self.limiter.message(user))
-        elif self.work.busy():
-            self._denied.append(command.get("trigger_id", ""))
-            ack(text=self.work.message())
-        else:
-            ack(text=":mag: Diagnosing…")
+        ack(text=self.admit(command) or ":mag: Diagnosing…")
 
     def run_diagnose(self, command: dict, respond, client: WebClient) -> None:
         text = (command.get("text") or "").strip()
         channel = command.get("channel_id", "")
-        if kit.is_help(text) or not self.allowed(channel) or command.get("trigger_id", "") in self._denied:
+        if self.admit(command):
             return
         meta = {"source": "slash", "team": command.get("team_id", ""), "channel": channel,
                 "user": command.get("user_id", "")}

@@ -27,12 +27,19 @@ class WorkQueue:
         """Seconds until a new job would likely start: the queue ahead of it over the workers."""
         return max(5, math.ceil(self.pending * self._avg_s / self.workers))
 
-    def submit(self, job: Callable[[], None]) -> bool:
-        """Queue the job unless the queue is full; False means refused (tell the asker)."""
+    def reserve(self) -> bool:
+        """Hold a place for a job that will be submitted later (with reserved=True); False when the queue is full."""
         with self._lock:
             if self.pending >= self.max_pending:
                 return False
             self.pending += 1
+            return True
+
+    def submit(self, job: Callable[[], None], reserved: bool = False) -> bool:
+        """Queue the job unless the queue is full; False means refused (tell the asker). A job whose place was
+        reserved is always taken."""
+        if not reserved and not self.reserve():
+            return False
 
         def run() -> None:
             t0 = time.monotonic()

@@ -334,3 +334,39 @@ def test_a_post_in_flight_at_kill_9_is_not_posted_twice(slack_bot):
     assert len(h.fake.called("chat.postMessage")) == before
     row = h.store.db["outbox"].get(item["id"])
     assert row["status"] == "sent" and row["sent_ts"]
+
+
+def test_a_diagnose_whose_lazy_listener_starts_before_its_ack_is_admitted_once(tmp_path, engine, monkeypatch):
+    """Bolt starts a command's ack function and its lazy listener at the same moment; on a loaded machine the lazy
+    one can take the work queue's place first. The ack must then still say 'Diagnosing' (not 'Busy' about its own
+    job), the job must run once, and the next command must be told the queue is full."""
+    import threading
+
+    from bot.service import Triage
+    from bot.settings import Settings
+    from bot.slack_app import create_app
+    from knowledge.runbook import load as load_runbook
+    from testkit.fakeslack import FakeSlack
+    monkeypatch.setattr("bot.workqueue.MAX_PENDING", 1)
+    fake = FakeSlack().start()
+    settings = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_SIGNING_SECRET": "s",
+                                  "SLACK_API_BASE_URL": fake.api, "TRIAGE_DB": str(tmp_path / "t.db")})
+    bot = create_app(settings, Triage(engine, load_runbook(), None)).triage_bot
+    gate, ran = threading.Event(), []
+
+    def job(command, **_):
+        ran.append(command["trigger_id"])
+        gate.wait(10)
+    lazy = bot.offload(job)
+    first = {"trigger_id": "T1", "text": "NVRM: Xid 79", "user_id": "U1", "channel_id": "C1"}
+    second = {**first, "trigger_id": "T2", "user_id": "U2"}
+    acks = []
+    lazy(command=first)                                     # the lazy listener wins the race
+    bot.ack_diagnose(lambda text: acks.append(text), first)
+    bot.ack_diagnose(lambda text: acks.append(text), second)
+    lazy(command=second)
+    gate.set()
+    bot.work.pool.shutdown(wait=True)
+    fake.stop()
+    assert "Diagnosing" in acks[0] and "Busy" in acks[1]
+    assert ran == ["T1"] and bot.work.pending == 0
