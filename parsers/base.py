@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable
 
+import re
+
 import regex
 
 from core.models import Evidence, Finding
@@ -19,10 +21,14 @@ RX_UNTIMED = 256
 class Hit:
     """A candidate line (1-based number, cleaned text) with a little context around it. The context lines are
     kept raw and cleaned only when a parser reads them."""
-    __slots__ = ("no", "text", "_before", "_after", "_clean", "view")
+    __slots__ = ("no", "text", "cut", "label", "raw", "_before", "_after", "_clean", "view")
 
-    def __init__(self, no: int, text: str, before=(), after=None, clean=None):
-        self.no, self.text = no, text
+    def __init__(self, no: int, text: str, before=(), after=None, clean=None, cut: str = "", label: str = "",
+                 raw: str | None = None):
+        # text: the program's own line; label: the launchers' prefixes that say who printed it ("3: [default0]:",
+        # "[rank5]:", "[1,5]<stdout>:"); cut: the transport's noise taken off it (quoting, time stamps): unprefix
+        self.no, self.text, self.cut, self.label = no, text, cut, label
+        self.raw = text if raw is None else raw   # the whole line, prefixes and all: what evidence shows
         self._before, self._after, self._clean = before, after if after is not None else [], clean
         # (before, after): how many neighbour lines the reader being fed asked for. The scanner gathers them for
         # the most demanding reader of the line; each reader sees its own count, whoever else reads the line.
@@ -132,6 +138,12 @@ class EvidenceBox:
             self.seen_lines.add(no)
             self.items.append(Evidence(line=no, text=text.strip()[:500]))
 
+    def hit(self, hit: "Hit", text: str | None = None) -> None:
+        """A line read from the log as evidence: the program's own line (Hit.text, without the transport's and the
+        launchers' prefixes, as every reader sees it), or another text the reader shows for it (a wrapped line
+        glued back together)."""
+        self.add(hit.no, hit.text if text is None else text)
+
     def first(self) -> int:
         return min((e.line for e in self.items), default=0)
 
@@ -209,6 +221,38 @@ def strip_prefixes(text: str) -> str:
         return text
     m = search(LAUNCHER_PREFIX, text)
     return text[m.end():] if m else text
+
+
+# What a log's transport puts in front of a line and no reader needs inside it: paste quoting ("> "), a leading
+# timestamp (ISO 8601 / RFC 3339 with or without brackets, CloudWatch's tab, the CRI log format of Kubernetes nodes:
+# "<time> stdout F "), and a syslog/journal header ("Mar  4 12:00:07 host prog[pid]: "). Launcher prefixes that
+# carry identity (srun -l, [rankN]:, [1,N]<stdout>:, Ray actors) are kept; a noise prefix after one is cut as well.
+_STAMP = (r"[ \t]*\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z| ?[+-]\d\d:?\d\d| ?UTC)?\]?"
+          r"(?:\s+std(?:out|err) [PF])?(?:[ \t]+|(?=\[))")
+_SYSLOG = r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w./@-]+(?:\[\d+\])?: "
+_NOISE = re.compile(r"(?:[ \t]*>+[ \t]?|" + _STAMP + "|" + _SYSLOG + ")+")
+_IDENTITY = re.compile(LAUNCHER_PREFIX.source.removeprefix("^"))
+
+
+def unprefix(text: str) -> tuple[str, str, str]:
+    """(the noise prefixes cut, the identity prefixes in their order, the program's own line)."""
+    if not text or (text[0] not in ">[ \t0123456789(" and not ("A" <= text[0] <= "Z" and text[3:4] == " ")
+                    and " [std" not in text[:80]):
+        return "", "", text
+    kept, cut, pos = [], [], 0
+    while True:
+        m = _NOISE.match(text, pos)
+        if m and m.end() > pos:
+            cut.append(text[pos:m.end()])
+            pos = m.end()
+            continue
+        m = _IDENTITY.match(text, pos)
+        if m and m.end() > pos:
+            kept.append(text[pos:m.end()])
+            pos = m.end()
+            continue
+        break
+    return "".join(cut), "".join(kept), text[pos:]
 
 
 def rank_of(text: str) -> int | None:

@@ -160,6 +160,8 @@ class LossParser(Parser):
             return
         if "iteration" in t and "|" in t and not t.rstrip().endswith("|"):
             for i, nxt in enumerate(hit.after):
+                if "iteration" in nxt:   # the next record (NeMo's lines do not end with "|"), not a wrapped tail
+                    break
                 t += nxt
                 if nxt.rstrip().endswith("|"):
                     self.skip_to = hit.no + i + 1
@@ -176,14 +178,14 @@ class LossParser(Parser):
         m = search(_NAN_ITERS, t)
         if m and int(m.group(1)) > 0:
             self.nan_iters = max(self.nan_iters, int(m.group(1)))
-            self.nan_ev.add(hit.no, hit.text)
+            self.nan_ev.hit(hit)
         lm = search(_LOSS, t)
         gm = search(_GNORM, t)
         if not (lm and not math.isfinite(_f(lm.group(1)))):
             self._term_nan(hit, t)
         if not lm and not gm:
             return
-        key = str(rank_of(t) or "")
+        key = str(rank_of(hit.label + t) or "")
         s = self._series(key)
         it = search(_ITER, t)
         ep = None if it else search(_EPOCH, t)
@@ -198,7 +200,7 @@ class LossParser(Parser):
                 v = _f(avg.group(1))   # "Loss 3.2168 (37.0903)": the trainer's running average is its trend
             s.add(v, g, itv, hit.no, hit.text.strip()[:500])
             if not math.isfinite(v):
-                self.nan_ev.add(hit.no, hit.text)
+                self.nan_ev.hit(hit)
             elif gm:   # a finite loss beside a NaN grad norm: one early fp16 skip is normal, a run of them is not
                 self.gnan_run = self.gnan_run + 1 if not math.isfinite(g) else 0
                 self.gnan_zero = self.gnan_zero + 1 if self.gnan_run and v == 0 else 0
@@ -207,22 +209,23 @@ class LossParser(Parser):
                     self.gnan_at = itv
                 if self.gnan_run:
                     self.gnan_points += 1
-                    self.gnan_ev.add(hit.no, hit.text)
+                    self.gnan_ev.hit(hit)
         elif gm and not math.isfinite(g):
             self.grad_nan += 1
-            self.nan_ev.add(hit.no, hit.text)
+            self.nan_ev.hit(hit)
 
     def _term_nan(self, hit: Hit, t: str) -> None:
         m = search(_TERM_NAN, t)
         if m and not any(b in (m.group(1) or "").lower() for b in _BOUND_KEY):
             self.term_nan += 1
             self.term_key = self.term_key or (m.group(1) or "loss")
-            self.nan_ev.add(hit.no, hit.text)
+            self.nan_ev.hit(hit)
 
     def _megatron(self, hit, fields: tuple, t: str = "", key: str | None = None) -> None:
         it, loss, gnorm, nans = fields
         if key is None:
-            key = str(rank_of(t) or "") if t.lstrip().startswith("[") else ""
+            label = getattr(hit, "label", "")
+            key = str(rank_of(label + t) or "") if (label or t).lstrip().startswith("[") else ""
         s = self._series(key)
         try:
             v = _f(loss)
@@ -231,9 +234,9 @@ class LossParser(Parser):
             return
         if nans and nans.isdigit() and int(nans) > 0:
             self.nan_iters = max(self.nan_iters, int(nans))
-            self.nan_ev.add(hit.no, hit.text)
+            self.nan_ev.hit(hit)
         if not math.isfinite(v):
-            self.nan_ev.add(hit.no, hit.text)
+            self.nan_ev.hit(hit)
         elif gnorm and not math.isfinite(g):   # a line without a grad norm (--clip-grad 0) is not a NaN one
             self.grad_nan += 1
         s.add(v, g, float(it), hit.no, hit.text.strip()[:500])
@@ -250,7 +253,7 @@ class LossParser(Parser):
     def _scale(self, hit: Hit, t: str) -> None:
         if search(_SCALE_MIN, t):
             self.scale_min_hit = True
-            self.scale_ev.add(hit.no, hit.text)
+            self.scale_ev.hit(hit)
             return
         m = search(_SCALE_DOWN, t)
         if m:
@@ -258,7 +261,7 @@ class LossParser(Parser):
             v = float(m.group(1))
             self.min_scale = v if self.min_scale is None else min(self.min_scale, v)
             if v <= SCALE_COLLAPSE:
-                self.scale_ev.add(hit.no, hit.text)
+                self.scale_ev.hit(hit)
 
     def seen(self) -> bool:
         self._flush_hf()

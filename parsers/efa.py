@@ -101,11 +101,11 @@ class EfaMrParser(Parser):
             else:
                 f.setdefault("function", "fi_mr_reg")
         self.count += 1
-        self.ev.add(hit.no, t)
+        self.ev.hit(hit, t)
         h = host_of(t)
         if h:
             self.hosts.add(h)
-        r = rank_of(t)
+        r = rank_of(hit.label + t)
         if r is not None:
             self.ranks.add(r)
 
@@ -238,7 +238,7 @@ class TransportParser(Parser):
             self.socket_lines += 1
             if o or not m.group(1):
                 self.socket_data += 1   # "Using network Socket", a channel via NET/Socket: not the interface line
-            self.sock_ev.add(hit.no, t)
+            self.sock_ev.hit(hit, t)
             if m.group(1) and not o:
                 self.ifaces.add(m.group(1))
             if h:
@@ -254,14 +254,14 @@ class TransportParser(Parser):
                 self.rdma_hosts.add(h)
             return
         if search(_PROVIDER, t):
-            self.prov_ev.add(hit.no, t)
+            self.prov_ev.hit(hit, t)
             self.expect.add("efa_provider")
             return
         for name, pat in _EXPECT:
             if search(pat, t):
                 self.expect.add(name)
                 if name != "efa_platform":
-                    self.expect_ev.add(hit.no, t)
+                    self.expect_ev.hit(hit, t)
                 return
 
     def seen(self) -> bool:
@@ -367,10 +367,10 @@ class ForkParser(Parser):
             fork = next((i for i, b in enumerate(reversed(hit.before)) if "fork()" in b), None)
             if fork is not None:   # the notice's line that names fork(), a line or two above
                 self.aborts.add(hit.no - 1 - fork, hit.before[-1 - fork])
-            self.aborts.add(hit.no, hit.text)
+            self.aborts.hit(hit)
         elif search(_ENOMEM, hit.text):
             self.count += 1
-            self.ev.add(hit.no, hit.text)
+            self.ev.hit(hit)
             if any(search(_FORK, x) for x in (*hit.before, *hit.after)):
                 self.fork_seen = True
         elif search(_FORK, hit.text):

@@ -125,22 +125,22 @@ class XidParser(Parser):
             if m.group(1) not in ("PCI:...", "PCI:"):
                 self.pci.add(m.group(1))
                 rec.setdefault("pci", set()).add(m.group(1))
-            h = search(_HOST, t)
+            h = search(_HOST, hit.cut + t if hit.cut else t)
             if h:
                 self.hosts.add(h.group(1))
-            self.ev.add(hit.no, t)
+            self.ev.hit(hit, t)
             return
         if search(_ECC_RT, t):
             self.flags.add("ecc_uncorrectable")
-            self.ev.add(hit.no, t)
+            self.ev.hit(hit, t)
             return
         if search(_LOST, t):
             self.flags.add("gpu_lost")
-            self.ev.add(hit.no, t)
+            self.ev.hit(hit, t)
             return
         if search(_INIT, t):
             self.flags.add("init_failed")
-            self.ev.add(hit.no, t)
+            self.ev.hit(hit, t)
             return
         lines = [(hit.no, t)] + ([(hit.no + 1 + i, a) for i, a in enumerate(hit.after)] if "Remapped Rows" in t else [])
         for no, line in lines:
@@ -279,18 +279,18 @@ class NvlinkParser(Parser):
             return
         if search(_FABRIC, t):
             self.fabric = True
-            self.ev.add(hit.no, t)
+            self.ev.hit(hit, t)
             return
         if search(_LINK_ERR, t):
             self.link_error = True
-            self.ev.add(hit.no, t)
+            self.ev.hit(hit, t)
             return
         if search(_DIAG, t):
             m2 = search(_DIAG, t)
             if m2.group(2) and m2.group(3) and int(m2.group(2)) >= int(m2.group(3)):
                 return
             self.diag_fail = True
-            self.ev.add(hit.no, t)
+            self.ev.hit(hit, t)
 
     def finish(self, ctx: Context) -> list[Finding]:
         if not self.down and not self.diag_fail and not self.fabric and not self.link_error:

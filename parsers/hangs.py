@@ -100,13 +100,13 @@ class TimeoutParser(Parser):
         elif ("either an error or timeout" in t or "Timeout at NCCL work" in t or "detected by watchdog" in t) \
                 and "last completed" not in t:
             t = self._join(hit, "last completed")
-        rank = rank_of(t)
+        rank = rank_of(hit.label + t)
         m = search(_ABORTED, t)
         if m:
             rank = int(m.group(1))
         if "operations have failed or timed out" in t:
             self.generic += 1
-            self.ev.add(hit.no, hit.text)
+            self.ev.hit(hit)
             return
         matched = False
         if _CHECK_TIMEOUT in t:
@@ -149,13 +149,13 @@ class TimeoutParser(Parser):
         if not matched:
             return
         r = self._rec(rank, hit.no)
-        ts = search(_TS, t)
+        ts = search(_TS, t) or (search(_TS, hit.cut) if hit.cut else None)
         if ts and not r.ts:
             r.ts = tuple(g for g in ts.groups() if g)
-        h = search(_PREFIX_HOST, t)
+        h = search(_PREFIX_HOST, hit.label + t)
         if h:
             r.host = h.group(1)
-        self.ev.add(hit.no, hit.text)
+        self.ev.hit(hit)
 
     def _setup(self, t: str, rank: int | None, no: int) -> bool:
         """Process-group set-up and store failures: the barrier, the store connection, store waits."""
@@ -213,7 +213,7 @@ class TimeoutParser(Parser):
         if self.root_next:
             self.root_rank, self.root_next = rank, False
         if len(self.ev.items) < 2:
-            self.ev.add(hit.no, hit.text)
+            self.ev.hit(hit)
 
     def finish(self, ctx: Context) -> list[Finding]:
         recs = {r: v for r, v in self.ranks.items()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from parsers.base import Hit
+from parsers.base import Hit, unprefix
 from parsers.loss_lines import ELAPSED, megatron_fields
 from parsers.loss_series import line_of
 
@@ -23,13 +23,16 @@ BATCH = 4096   # points gathered at most (each holds its line's match)
 class _BulkHit:
     """A line read by the chunk-wide pass."""
     __slots__ = ("no", "_raw")
+    label = cut = ""   # the whole line is read as it is (launcher prefixes included)
 
     def __init__(self, no: int, raw: bytes):
         self.no, self._raw = no, raw
 
     @property
-    def text(self) -> str:
-        return self._raw.decode("utf-8", "replace")
+    def text(self) -> str:   # the program's own line, as a Hit's (evidence looks the same whichever path read it)
+        return unprefix(self._raw.decode("utf-8", "replace"))[2]
+
+    raw = text
 
 
 def read_line(p, no: int, m) -> None:

@@ -63,7 +63,7 @@ class MoeParser(Parser):
                 self.metric_seen[name] = self.metric_seen.get(name, 0) + 1
                 if (value > limit) if direction == "high" else (value < limit):
                     self.metric_bad.setdefault(name, []).append(value)
-                    self.ev.add(hit.no, hit.text)
+                    self.ev.hit(hit)
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
@@ -83,7 +83,7 @@ class MoeParser(Parser):
                 dev = max(abs(c - mean) for c in counts) / mean
                 if dev > DEVIATION_LIMIT:
                     self.bad += 1
-                    self.ev.add(hit.no, t)
+                    self.ev.hit(hit, t)
                 if self.worst_dev is None or dev > self.worst_dev[0]:
                     self.worst_dev = (dev, counts, hit.no)
                     self.per_rank = ep is not None
@@ -96,7 +96,7 @@ class MoeParser(Parser):
             self.observations += 1
             if rate > DROP_LIMIT:
                 self.bad += 1
-                self.ev.add(hit.no, t)
+                self.ev.hit(hit, t)
             if self.worst_drop is None or rate > self.worst_drop[0]:
                 self.worst_drop = (rate, hit.no)
 

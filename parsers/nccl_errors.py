@@ -118,12 +118,12 @@ class NcclErrorParser(Parser):
                     and "between collectives" not in t:
                 return  # some other program's truncated message
             self.rules[rule] = self.rules.get(rule, 0) + 1
-            self.ev.add(hit.no, t)
+            self.ev.hit(hit, t)
             self._facts(rule, m, t)
             h = host_of(t)
             if h:
                 self.hosts.add(h)
-            r = rank_of(t)
+            r = rank_of(hit.label + t)
             if r is not None:
                 self.ranks.add(r)
             return

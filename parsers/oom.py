@@ -85,8 +85,8 @@ class OomParser(Parser):
         if kind is None:
             return
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
-        self.ev.add(hit.no, hit.text)
-        r = rank_of(hit.text)
+        self.ev.hit(hit)
+        r = rank_of(hit.label + hit.text)
         if r is not None:
             self.ranks.add(r)
         if "tried_gib" not in self.facts:

@@ -9,7 +9,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Sequence
 
-from parsers.base import Hit, Reader
+from parsers.base import Hit, Reader, unprefix
 from parsers.scan_backends import BACKENDS, make_backend
 
 __all__ = ["BACKENDS", "MAX_TEXT", "Scanner", "clean", "make_backend"]
@@ -42,6 +42,11 @@ def clean(raw: bytes, focus: int = 0) -> str:
         parts = [p for p in text.split("\r") if p.strip()]
         text = parts[-1] if parts else ""
     return text
+
+
+def clean_line(raw: bytes) -> str:
+    """A context line as readers see it: cleaned, and without the noise prefixes a transport put in front."""
+    return unprefix(clean(raw))[2]
 
 
 class _Owners(dict):
@@ -219,7 +224,9 @@ class Scanner:
                 continue
             if len(who) == 1 and not self._pending and self._quick(who[0], buf, ls, le, no + 1):
                 continue
-            hit = Hit(no + 1, clean(buf[ls:le], first - ls), clean=clean)
+            raw = clean(buf[ls:le], first - ls)
+            cut, label, text = unprefix(raw)
+            hit = Hit(no + 1, text, clean=clean_line, cut=cut, label=label, raw=raw)
             nb, na = self._context(who)
             if nb:
                 hit._before = self._before(buf, ls, nb)

@@ -49,7 +49,7 @@ class InputParser(Parser):
             if self.share is None or share > self.share:
                 self.share, self.row = share, m.group(1)
                 if share > INPUT_BAD_PCT:
-                    self.ev.add(hit.no, t)
+                    self.ev.hit(hit, t)
             return
         m = search(_TOTAL, t)
         if m:

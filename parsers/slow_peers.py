@@ -73,7 +73,7 @@ class PeerParser(Parser):
 
     def _phase_line(self, hit: Hit) -> bool:
         """A rank's step line with timed phases (see the module's docstring); True when it was one."""
-        rank = rank_of(hit.text)
+        rank = rank_of(hit.label + hit.text)
         if rank is None and (p := _PROCESS.search(hit.text[:80])):
             rank = int(p.group(1))   # a script's own "[process 1/2]" / "[worker 3]" label
         if rank is None:

@@ -71,7 +71,7 @@ class StragglerParser(Parser):
                 self.warned.setdefault(int(r), kind)
             if t not in self.warnings:   # the same warning every report: shown once
                 self.warnings.add(t)
-                self.ev.add(hit.no, t)
+                self.ev.hit(hit, t)
             return
         m = search(_SECTION, t)
         if m:   # a small job lists every rank right under the header; a larger one, its worst and best few
@@ -104,7 +104,7 @@ class StragglerParser(Parser):
         if listed and kind and score < lowest.get(rank, 2.0):
             lowest[rank] = score
             if score < NVRX_THRESHOLD:
-                self.ev.add(hit.no, t)
+                self.ev.hit(hit, t)
         return True
 
     def _sniff(self, t: str, hit: Hit) -> None:
@@ -120,7 +120,7 @@ class StragglerParser(Parser):
         rank, below = int(m.group(1)), -float(m.group(3))
         if below > self.sniffed.get(rank, (0.0,))[0]:
             self.sniffed[rank] = (below, name, m.group(2) or "")
-        self.ev.add(hit.no, t)
+        self.ev.hit(hit, t)
 
     def finish(self, ctx: Context) -> list[Finding]:
         return self._nvrx() or self._sniff_test() or self._megatron(ctx)

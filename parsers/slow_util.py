@@ -16,7 +16,7 @@ from core import instances as I
 from core.models import Finding
 from parsers.base import Context, Hit, Parser, rx, search
 from parsers.loss_series import line_of
-from parsers.scan import clean
+from parsers.scan import clean_line
 from parsers.step_series import Readings
 
 MFU_LOW_PCT = 25.0      # dense BF16 MFU under a quarter of peak is low; 30-45% is normal for LLM training
@@ -70,7 +70,7 @@ class UtilParser(Parser):
 
         def locate(k: int) -> tuple[int, str]:
             m = next(islice(self.bulk.finditer(buf), k, None))
-            return start_no + buf.count(b"\n", 0, m.start()) + 1, clean(line_of(m))
+            return start_no + buf.count(b"\n", 0, m.start()) + 1, clean_line(line_of(m))
         self.tflops.extend([float(v) for v in self.bulk.findall(buf)], locate)
 
     def feed(self, hit: Hit) -> None:

@@ -42,7 +42,7 @@ class TeamRules(Parser):
                                                "count": 0, "ev": EvidenceBox()}
             got["count"] += 1
             got["ev"].add(hit.no, t)
-            self.ev.add(hit.no, t)
+            self.ev.hit(hit, t)
 
     def finish(self, ctx: Context) -> list[Finding]:
         out = []

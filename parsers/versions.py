@@ -65,7 +65,7 @@ class VersionParser(Parser):
             if not m:
                 continue
             self.hits[rule] = self.hits.get(rule, 0) + 1
-            self.ev.add(hit.no, hit.text)
+            self.ev.hit(hit)
             if rule == "driver_too_old" and m.group(1):
                 n = int(m.group(1))
                 self.facts.setdefault("driver_supports_cuda", f"{n // 1000}.{(n % 1000) // 10}")

@@ -64,11 +64,14 @@ def test_every_symptom_has_positive_and_healthy_fixtures():
 
 
 def test_evidence_lines_point_at_the_real_line(run):
+    """Evidence shows the line as the program printed it: the real line, less the launcher's '[rankN]:' label."""
+    from parsers.base import unprefix
     path = FIXTURES / "nccl_timeout" / "lagging_rank.log"
     lines = path.read_text().splitlines()
     d = run(path.read_bytes())
+    assert any(lines[e.line - 1].startswith("[rank") for e in d.findings[0].evidence)
     for e in d.findings[0].evidence:
-        assert lines[e.line - 1].strip() == e.text
+        assert unprefix(lines[e.line - 1])[2].strip() == e.text
 
 
 def test_every_fixture_finding_has_a_korean_title_built_from_its_facts(run):

@@ -56,7 +56,7 @@ def test_text_output_shows_file_and_line_of_each_evidence_line():
     out = triage("diagnose", "--together", *map(str, NODES)).stdout.decode()
     assert out.startswith("== 2 inputs (p5-st-1.out, p5-st-2.out) (50 lines")
     assert "rank 8, 9, 10, 11, 12, 13, 14, 15 are behind" in out
-    assert "    p5-st-1.out:10: [rank0]:" in out
+    assert "    p5-st-1.out:10: [E1104 03:12:44.118230411 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog" in out
 
 
 def test_archive_members_and_a_file_without_final_newline_join_cleanly(tmp_path):

@@ -77,7 +77,7 @@ class UnclaimedCollector(Collector):
         if rec is not None:
             rec[0] += 1
         elif len(self.templates) < MAX_TEMPLATES:   # masked before templating: a template must not keep a key
-            self.templates[key] = [1, hit.no, mask_secrets(t).strip()[:300]]
+            self.templates[key] = [1, hit.no, mask_secrets(hit.raw).strip()[:300]]
 
     def collect(self, ctx: Context) -> None:
         rows = [{"template": k, "count": c, "line": no, "example": ex} for k, (c, no, ex) in self.templates.items()]
