@@ -3,6 +3,8 @@ the GPU each P-family instance carries, its dense BF16 peak, and the nccl-tests 
 carry — inside one node over NVLink, and across nodes over EFA."""
 from __future__ import annotations
 
+import re
+
 GPU_BY_FAMILY = {"p4d": "A100", "p4de": "A100", "p5": "H100", "p5e": "H200", "p5en": "H200", "p6-b200": "B200",
                  "p6-b300": "B300", "p6e-gb200": "GB200", "g5": "A10G"}
 # dense BF16 peak TFLOP/s; the first key found in a GPU's name wins (so "A10G" before "A10")
@@ -21,7 +23,11 @@ MIN_JUDGED_BYTES = 64 << 20   # small messages are latency-bound: judge on large
 
 
 def instance_for_gpu(gpu: str) -> str | None:
-    return next((inst for key, inst in INSTANCE_BY_GPU if key in gpu), None) if gpu else None
+    """The AWS instance a GPU model stands for, matched as a whole model name: a GH200 (Grace Hopper, not sold as a
+    p-instance) is no H200, so it names no instance and no fabric is assumed for it."""
+    if not gpu:
+        return None
+    return next((inst for key, inst in INSTANCE_BY_GPU if re.search(rf"(?<![A-Z0-9]){key}(?![0-9])", gpu)), None)
 
 
 def peak_tflops(gpu: str) -> float | None:

@@ -156,7 +156,7 @@ _EXPECT = (
     ("efa_platform", rx(r"Running on [Pp]\d\w* platform|FI_PROVIDER|provider_filter|NET/OFI",
                         needs=("platform", "FI_PROVIDER", "provider_filter", "NET/OFI"))),
 )
-_PROVIDER = rx(r"Couldn't find any optimal provider|EFA libfabric provider not detected|fi_getinfo(?: failed)?:? ?-61|fi_getinfo\(\) call failed: No data available|Could not find a valid provider"
+_PROVIDER = rx(r"Couldn't find any optimal provider|Only EFA provider is supported|EFA libfabric provider not detected|fi_getinfo(?: failed)?:? ?-61|fi_getinfo\(\) call failed: No data available|Could not find a valid provider"
                r"|fi_getinfo: provider efa output empty list|No eligible providers were found"
                r"|No providers? (?:found|available)|OFI NCCL failure|Unable to find (?:a |any )?provider"
                r"|Unable to find a protocol that worked|Failed to initiali[sz]e (?:rdma|sendrecv) protocol",

@@ -66,6 +66,10 @@ _ECC_RT = rx(r"uncorrectable ECC error encountered|ECC error detected.*uncorrect
 _LOST = rx(r"GPU is lost|fallen off the bus|Reset required \[NV_ERR_RESET_REQUIRED\]|Unable to determine the device handle for GPU ?[0-9A-Fa-f:.]+: Unknown Error"
            r"|XidCriticalError: Xid=\d+")
 _INIT = rx(r"RmInitAdapter failed|rm_init_adapter failed|Cannot attach gpu")
+# the GPU System Processor (GSP) firmware no longer answering the driver: what Xid 119 reports, in the open kernel
+# module's own dmesg lines, which a paste often holds without the Xid line
+_GSP = rx(r"_kgspIsHeartbeatTimedOut: Heartbeat timed out|\*+ GSP Timeout \*+|_kgspLogRpcTimeout",
+          needs=("kgsp", "GSP Timeout"))
 # a GPU the PCI bus still shows but nvidia-smi no longer lists: one nvidia-smi table against lspci's count
 _SMI_HEAD = rx(r"\|\s*NVIDIA-SMI \d")
 _SMI_ROW = rx(r"^\|\s+(\d+)\s+\S.*\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s")
@@ -77,7 +81,7 @@ _SMI = rx(r"^\s*(Pending|Remapping Failure Occurred|DRAM Uncorrectable|SRAM Unco
 
 class XidParser(Parser):
     name = "gpu_xid"
-    triggers = ("NVRM: Xid", "NV_ERR_RESET_REQUIRED", "uncorrectable ECC error", "uncorrectable memory errors", "row remapping", "GPU is lost", "fallen off the bus", "Remapped Rows", "device handle",
+    triggers = ("NVRM: Xid", "_kgspIsHeartbeatTimedOut", "GSP Timeout", "_kgspLogRpcTimeout", "NV_ERR_RESET_REQUIRED", "uncorrectable ECC error", "uncorrectable memory errors", "row remapping", "GPU is lost", "fallen off the bus", "Remapped Rows", "device handle",
                 "XidCriticalError",
                 "Remapping Failure Occurred", "Uncorrectable", "Pending Page Blacklist", "RmInitAdapter", "rm_init_adapter",
                 "Cannot attach gpu", "NVIDIA-SMI", "0000:", "controller: NVIDIA", "lspci")
@@ -138,6 +142,10 @@ class XidParser(Parser):
             self.flags.add("gpu_lost")
             self.ev.hit(hit, t)
             return
+        if search(_GSP, t):
+            self.flags.add("gsp_timeout")
+            self.ev.hit(hit, t)
+            return
         if search(_INIT, t):
             self.flags.add("init_failed")
             self.ev.hit(hit, t)
@@ -173,7 +181,7 @@ class XidParser(Parser):
                 actions.append(action)
             f["xids"] = table
         flag_action = {"gpu_missing": "drain", "row_remap_failure": "drain", "ecc_uncorrectable": "drain", "gpu_lost": "drain", "init_failed": "drain",
-                       "row_remap_pending": "reset", "page_retirement_pending": "reset"}
+                       "row_remap_pending": "reset", "page_retirement_pending": "reset", "gsp_timeout": "reset"}
         actions += [flag_action[fl] for fl in self.flags]
         if self.flags:
             f["conditions"] = sorted(self.flags)
@@ -202,6 +210,8 @@ class XidParser(Parser):
             title, rule = "The driver cannot initialise a GPU (RmInitAdapter failed)", "gpu_xid.init_failed"
         elif "ecc_uncorrectable" in self.flags:
             title, rule = "Uncorrectable ECC error in GPU memory", "gpu_xid.ecc"
+        elif "gsp_timeout" in self.flags:
+            title, rule = "The GPU's GSP firmware stopped answering the driver (what Xid 119 reports)", "gpu_xid.gsp_timeout"
         elif "row_remap_failure" in self.flags:
             title, rule = "Row remapping failed on a GPU: its memory cannot be repaired", "gpu_xid.row_remap_failure"
         else:

@@ -42,7 +42,8 @@ _RULES = (
                     needs=("does not loop back", "Attribute "))),
     ("cuda_failure", rx(r"Cuda failure '([^']+)'", needs=("Cuda failure '",))),
     ("code", rx(r"(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)"
-                r"|(?i:NCCL error)(?: in: \S+,|:|\(\d+\),|,| \d+:) ?(?i:(unhandled system error|internal error|unhandled cuda error"
+                r"|(?:(?i:NCCL error)(?: in: \S+,|:|\(\d+\),|,| \d+:)|NCCL operation nccl\w+\(.*?\) failed:)"
+                r" ?(?i:(unhandled system error|internal error|unhandled cuda error"
                 r"|invalid usage|invalid argument))|Test NCCL failure \S+ '([^'/]+?)\s*(?:/|')",
                 needs=("nccl", "NCCL error", "Nccl error", "NCCL Error", "Test NCCL failure"))),
     ("warn", rx(r"NCCL WARN (.*\b(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)?|[Uu]nable|not found|[Ii]nvalid)\b.*)",
@@ -85,7 +86,7 @@ class NcclErrorParser(Parser):
                 "cq_write_rx_error", "address vector", "Couldn't open AV", "Creating new endpoint",
                 "Couldn't open endpoint", "Couldn't create", "Couldn't bind", "Couldn't enable", "Unable to open domain",
                 "Unable to create", "Got completion from peer", "Call to ibv_", "shared memory segment", "/dev/shm", "shm_open",
-                "Duplicate GPU detected", "essage truncated", "collective mismatch error",
+                "Duplicate GPU detected", "essage truncated", "collective mismatch error", "NCCL operation nccl",
                 "mismatch between collectives", "remote process exited", "ncclRemoteError", "Connection reset by peer",
                 "Connection closed by remote peer", "Connection refused", "Cuda failure", "ncclSystemError",
                 "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument",

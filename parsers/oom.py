@@ -8,11 +8,11 @@ from parsers.base import Context, Hit, Parser, findall, rank_of, ranks_text, rx,
 
 _SIZE = r"([\d.]+)\s*([KMGT]i?B|bytes)"
 _KINDS = (
-    ("allocator", rx(r"OutOfMemoryError|CUDA out of memory\.|Error: CUDA out of memory"
+    ("allocator", rx(r"OutOfMemoryError|(?:CUDA|HIP) out of memory\.|Error: (?:CUDA|HIP) out of memory"
                      r"|^\W*Tried to allocate [\d.]+ ?[KMGT]i?B \(GPU \d+; [\d.]+ ?[KMGT]i?B total capacity")),
     ("nccl", rx(r"Cuda failure '?out of memory")),
     ("runtime", rx(r"CUDA error: ?out of memory|Out of memory error on GPU \d+\.|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL.*out of memory"
-                   r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
+                   r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP error: ?out of memory")),
     ("cublas", rx(r"CUBLAS_STATUS_ALLOC_FAILED")),
     # cuBLAS failing to create its handle: its workspace allocation on a full GPU (a bad install is the other cause)
     ("cublas_handle", rx(r"CUBLAS_STATUS_NOT_INITIALIZED when calling `?cublasCreate|Create cublas handle failed")),

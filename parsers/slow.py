@@ -119,11 +119,14 @@ MIN_STEPS = 3
 class StepTimingParser(Parser):
     name = "slow_input_steps"
     triggers = ("data_time", "load_data_time", "data_load_time", "data_loading_time", "dataloader_time", "data_cost",
-                "reader_cost", "data_wait_time", "data: ", "data_s:", "Data ", "Data: ", "(data ", " data ")
+                "reader_cost", "data_wait_time", "data: ", "data_s:", "Data ", "Data: ", "(data ", " data ",
+                "Saving checkpoint", "saving checkpoint", "Checkpoint saved", "checkpoint saved")
 
     def __init__(self) -> None:
         super().__init__()
         self.readings: list[tuple[float, float]] = []
+        self.saved_at = -10            # the line of the last checkpoint save: the next step also waits for it
+        self.pauses: set[int] = set()  # readings taken right after a checkpoint save
         self.iters: list[int | None] = []
         self.first_line: tuple[int, str] = (0, "")
         self.worst: tuple[float, int, str] | None = None
@@ -133,6 +136,9 @@ class StepTimingParser(Parser):
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
+        if "heckpoint" in t and ("aving checkpoint" in t or "heckpoint saved" in t):
+            self.saved_at = hit.no
+            return
         if "(" in t and (ad := search(_AVG_DATA, t)) and (at := search(_AVG_TIME, t)):
             it = search(_ITER, t)
             n = int(next(g for g in it.groups() if g is not None)) if it else None
@@ -160,6 +166,8 @@ class StepTimingParser(Parser):
             self.lines.append((hit.no, t))
             self.steplike.append(search(_ITER_KEY, t) is not None or search(_ITER, t) is not None
                                  or search(_TRAINING_FIELD, t) is not None)
+        if hit.no - self.saved_at <= 3:
+            self.pauses.add(len(self.readings))
         self.readings.append((dv, total))
         it = search(_ITER_KEY, t) or search(_ITER, t)
         self.iters.append(int(next(g for g in it.groups() if g is not None)) if it else None)
@@ -220,8 +228,11 @@ class StepTimingParser(Parser):
         skip = self._warm_up()
         if skip == 0 and self.readings[0][0] / self.readings[0][1] > self.worst[0]:
             self.worst = (self.readings[0][0] / self.readings[0][1], *self.first_line)
-        self.steps = len(self.readings) - skip
-        data, total = (sum(r[i] for r in self.readings[skip:]) for i in (0, 1))
+        # a step logged right after a checkpoint save waited for the save (its loader's workers stood idle meanwhile):
+        # left out as the warm-up is; any other stall, one or many, counts
+        kept = [r for i, r in enumerate(self.readings) if i >= skip and i not in self.pauses]
+        self.steps = len(kept)
+        data, total = (sum(r[i] for r in kept) for i in (0, 1))
         share = round(100 * data / total, 1) if total else 0.0
         if share <= INPUT_BAD_PCT:
             return []

@@ -37,7 +37,8 @@ _RULES = (
     # a compiled extension (a DeepSpeed op, flash-attn, apex, a JIT-built torch extension) that references a symbol the
     # loaded libraries lack: it was built against another PyTorch or CUDA than the one it is loaded with
     ("extension_abi", rx(r"ImportError: (\S+\.so(?:\.\d+)*): undefined symbol: (\S+)"
-                         r"|OSError: (\S+\.so(?:\.\d+)*): undefined symbol: (\S+)"),
+                         r"|OSError: (\S+\.so(?:\.\d+)*): undefined symbol: (\S+)"
+                         r"|RuntimeError: operator (\w+)::(\w+) does not exist"),
      "A compiled extension was built against a different PyTorch or CUDA than the one it is loaded with"),
 )
 
@@ -50,7 +51,7 @@ class VersionParser(Parser):
                 "unsupported display driver", "cudaErrorInsufficientDriver", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
                 "Couldn't set FI_OPT_", "does not match the version torch was compiled", "Unsupported gpu architecture",
                 "is not defined for option 'gpu-architecture'", "is not compatible with the current PyTorch installation",
-                "no kernel image is available", "undefined symbol: ")
+                "no kernel image is available", "undefined symbol: ", "does not exist")
     after = 1  # the CUDA build check's message wraps after "compile"; read it with the next line
 
     def __init__(self) -> None:
@@ -80,8 +81,9 @@ class VersionParser(Parser):
                 self.facts.setdefault("missing", m.group(1) or m.group(2) or m.group(3))
             elif rule == "extension_abi":
                 # (a paste in Markdown wraps it in ** or backticks)
-                self.facts.setdefault("missing", (m.group(2) or m.group(4)).strip("*`'\"")[:120])
-                self.facts.setdefault("library", (m.group(1) or m.group(3)).rsplit("/", 1)[-1].strip("*`'\"")[:120])
+                missing = m.group(2) or m.group(4) or f"{m.group(5)}::{m.group(6)}"
+                self.facts.setdefault("missing", missing.strip("*`'\"")[:120])
+                self.facts.setdefault("library", (m.group(1) or m.group(3) or m.group(5)).rsplit("/", 1)[-1].strip("*`'\"")[:120])
             return
 
     def finish(self, ctx: Context) -> list[Finding]:
