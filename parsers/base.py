@@ -28,7 +28,7 @@ class Hit:
         # text: the program's own line; label: the launchers' prefixes that say who printed it ("3: [default0]:",
         # "[rank5]:", "[1,5]<stdout>:"); cut: the transport's noise taken off it (quoting, time stamps): unprefix
         self.no, self.text, self.cut, self.label = no, text, cut, label
-        self.raw = text if raw is None else raw   # the whole line, prefixes and all: what evidence shows
+        self.raw = text if raw is None else raw   # the whole line, prefixes and all (unclaimed error examples)
         self._before, self._after, self._clean = before, after if after is not None else [], clean
         # (before, after): how many neighbour lines the reader being fed asked for. The scanner gathers them for
         # the most demanding reader of the line; each reader sees its own count, whoever else reads the line.
