@@ -216,7 +216,8 @@ _LOCAL_RANK = rx(r"^\s*(\d{1,5}: |\[[\w.-]+:\d{1,6}\]: ?)?(?:\S+ \[std(?:out|err
 
 
 def strip_prefixes(text: str) -> str:
-    """The line as the program printed it, without the launchers' prefixes."""
+    """The line as the program printed it, without the launchers' prefixes. Lines the scanner feeds to readers have
+    had them taken off already (unprefix): this is for text that did not come through it."""
     if not text or text[0] not in "[( 0123456789" and " [std" not in text[:80]:
         return text
     m = search(LAUNCHER_PREFIX, text)

@@ -224,8 +224,7 @@ class LossParser(Parser):
     def _megatron(self, hit, fields: tuple, t: str = "", key: str | None = None) -> None:
         it, loss, gnorm, nans = fields
         if key is None:
-            label = getattr(hit, "label", "")
-            key = str(rank_of(label + t) or "") if (label or t).lstrip().startswith("[") else ""
+            key = str(rank_of(hit.label + t) or "") if (hit.label or t).lstrip().startswith("[") else ""
         s = self._series(key)
         try:
             v = _f(loss)

@@ -9,7 +9,7 @@ import re
 
 from core import instances as I
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, findall, rx, search, strip_prefixes
+from parsers.base import Context, Hit, Parser, findall, rx, search
 from parsers.collectors.nccl_tests import NCCL_TESTS_ROW, TYPE_TRIGGERS
 from parsers.slow_inspector import InspectorParser, busbw_facts
 from parsers.slow_pipeline import BubbleParser
@@ -261,7 +261,7 @@ class BusbwParser(Parser):
         self.reducing = False   # a reduction op in the rows: all_reduce or reduce_scatter when the tool is not named
 
     def feed(self, hit: Hit) -> None:
-        m = search(NCCL_TESTS_ROW, strip_prefixes(hit.text))
+        m = search(NCCL_TESTS_ROW, hit.text)
         if m:
             self.row_text[hit.no] = hit.text
             self.reducing = self.reducing or m.group(4) != "none"

@@ -18,7 +18,7 @@ import re
 from statistics import median
 
 from core.models import Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text, strip_prefixes
+from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text
 
 TIME_SLOW = 1.5     # a peer's time this many times the median of its peers
 PAIR_SLOW = 2.0     # with two peers, this many times the other's
@@ -78,7 +78,7 @@ class PeerParser(Parser):
             rank = int(p.group(1))   # a script's own "[process 1/2]" / "[worker 3]" label
         if rank is None:
             return False
-        t = strip_prefixes(hit.text)
+        t = hit.text
         step = _STEP_NO.search(t)
         if not step:
             return False
@@ -92,7 +92,7 @@ class PeerParser(Parser):
     def feed(self, hit: Hit) -> None:
         if "ms" in hit.text and self._phase_line(hit):
             return
-        t = strip_prefixes(hit.text)
+        t = hit.text
         if "{" in t and _time_like(t):
             m = _MAP.search(t)
             if m:
@@ -118,7 +118,7 @@ class PeerParser(Parser):
         rows: dict[int, list[float]] = {}
         last = hit.no
         for i, line in enumerate(hit.after):
-            cells = strip_prefixes(line).split()
+            cells = line.split()
             if len(cells) != len(names) + 1 or not cells[0].isdigit() or not all(_NUM.fullmatch(c) for c in cells[1:]):
                 if rows:
                     break
@@ -174,7 +174,7 @@ class PeerParser(Parser):
             med = median(v for v, _, _ in vals)
             low = min(vals)
             if med > 0 and low[0] <= RATE_SLOW * med and sum(v <= RATE_SLOW * med for v, _, _ in vals) * 2 < len(vals):
-                unit = _RATE.search(strip_prefixes(low[2]))
+                unit = _RATE.search(low[2])
                 self._offer(1 - low[0] / med, None, unit.group(2) if unit else "throughput", low[1], low[2])
         if self.best is None:
             return []

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from core.models import Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, strip_prefixes
+from parsers.base import Context, EvidenceBox, Hit, Parser
 from parsers.slow_timers import CPROFILE_TOTAL, COMM_SHARE_BAD_PCT, INPUT_BAD_PCT
 
 _SPLIT = re.compile(r"\s*\|\s*|\s*\t\s*|\s{2,}")
@@ -35,7 +35,7 @@ _COLLECTIVE_ROWS = ("gloo:", "c10d::", "nccl:")
 
 def _row(text: str) -> tuple[str, list[tuple[float, str]]] | None:
     """(name, [(number, unit or '%' or '')]) for a table row, None for anything else."""
-    t = strip_prefixes(text).strip().strip("|").strip()
+    t = text.strip().strip("|").strip()
     parts = [p for p in _SPLIT.split(t) if p]
     if len(parts) < 2 or not any(c.isalpha() for c in parts[0]):
         return None
@@ -178,7 +178,7 @@ class PhaseTableParser(Parser):
 
 def _part_of_table(line: str) -> bool:
     """A row, a rule line (----, ===, |---|), or a header of words between rows."""
-    s = strip_prefixes(line).strip()
+    s = line.strip()
     if not s:
         return False
     if set(s) <= set("-=|+: \t"):

@@ -9,7 +9,7 @@ from operator import itemgetter
 from typing import Any
 
 from core import job as J
-from parsers.base import Collector, Context, Hit, findall, host_of, rx, search, strip_prefixes
+from parsers.base import Collector, Context, Hit, findall, host_of, rx, search
 
 # (component, literals one of which must be on the line, pattern)
 _VERSION_RULES: tuple[tuple[str, tuple[str, ...], Any], ...] = (
@@ -134,11 +134,11 @@ class ContextCollector(Collector):
                 cu = m.group(2)
                 self.versions.setdefault("cuda", f"{cu[:-1]}.{cu[-1]}")
         if " ...." in t or "_per_gpu " in t or "_stage " in t:
-            m = search(_ARG_DUMP, strip_prefixes(t))
+            m = search(_ARG_DUMP, t)
             if m and m.group(1) in J.SETTINGS:
                 self._set(m.group(1), m.group(2))
         if "=" in t and "--" not in t:
-            m = search(_KV, strip_prefixes(t))
+            m = search(_KV, t)
             if m:
                 self._set(m.group(1), m.group(2))
         if '"' in t:

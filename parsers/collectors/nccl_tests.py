@@ -5,7 +5,7 @@ what the instance type should reach."""
 from __future__ import annotations
 
 from core import instances as I
-from parsers.base import Collector, Context, Hit, rx, search, strip_prefixes
+from parsers.base import Collector, Context, Hit, rx, search
 
 _TYPES = ("float", "half", "bfloat16", "double", "int8", "uint8", "int32", "uint32", "int64", "uint64", "fp8_e4m3")
 NCCL_TESTS_ROW = _ROW = rx(r"^\s*(\d+)\s+(\d+)\s+(" + "|".join(_TYPES) + r")\s+(\S+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)")
@@ -28,7 +28,7 @@ class NcclTestsCollector(Collector):
         self.ranks = 0
 
     def feed(self, hit: Hit) -> None:
-        t = strip_prefixes(hit.text)   # mpirun --tag-output, srun -l
+        t = hit.text   # (launcher labels already taken off: scan's unprefix)
         m = search(_ROW, t)
         if m and len(self.rows) < 200:
             self.rows.append({"size_bytes": int(m.group(1)), "type": m.group(3), "time_us": float(m.group(6)),
