@@ -49,7 +49,7 @@ class Source:
         _check_text(head, self.name)
         key = _json_log_key(head)
         if key is None:
-            yield from _align(_cap(blocks, self), self)
+            yield from _dedent(_align(_cap(blocks, self), self))
             return
         self.notes.append(f'read the "{key}" field of each JSON line (container or log-shipper format)')
         yield from _unwrap_json(_align(_cap(blocks, self), self), key)
@@ -291,6 +291,53 @@ def _align(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:
         carry = b[cut + 1:]
     if carry:
         yield carry
+
+
+DEDENT_MAX = 1 << 20  # a text this small is a paste: its common indentation is the paste's, not the program's
+
+
+def _dedent(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """A pasted log indented as a whole (a Markdown list item, an e-mail or a code block inside a quote) loses
+    the indentation every line shares, so readers see each line as the program printed it. Only a text that
+    fits one chunk is looked at; a program's own indentation (a traceback's '  File', a table's columns)
+    stays, since it is never on every line."""
+    first = next(chunks, None)
+    if first is None:
+        return
+    second = next(chunks, None)
+    if second is not None or len(first) > DEDENT_MAX:
+        yield first
+        if second is not None:
+            yield second
+        yield from chunks
+        return
+    lines = first.split(b"\n")
+    filled = [ln for ln in lines if ln.strip()]
+    common = _common_indent(filled)
+    if not common:
+        yield first
+        return
+    n = len(common)
+    yield b"\n".join(ln[n:] if ln.startswith(common) else ln.lstrip(b" \t") for ln in lines)
+
+
+def _common_indent(lines: list[bytes]) -> bytes:
+    if not lines:
+        return b""
+    common = None
+    for ln in lines:
+        lead = ln[: len(ln) - len(ln.lstrip(b" \t"))]
+        common = lead if common is None else _shared_start(common, lead)
+        if not common:
+            return b""
+    return common or b""
+
+
+def _shared_start(a: bytes, b: bytes) -> bytes:
+    i = 0
+    while i < len(a) and i < len(b) and a[i] == b[i]:
+        i += 1
+    return a[:i]
 
 
 def from_bytes(data: bytes, name: str = "paste", max_bytes: int = 4 << 30) -> Source:

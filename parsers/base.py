@@ -21,7 +21,7 @@ RX_UNTIMED = 256
 class Hit:
     """A candidate line (1-based number, cleaned text) with a little context around it. The context lines are
     kept raw and cleaned only when a parser reads them."""
-    __slots__ = ("no", "text", "cut", "label", "raw", "_before", "_after", "_clean", "view")
+    __slots__ = ("no", "text", "cut", "label", "raw", "_before", "_after", "_after_src", "_clean", "view")
 
     def __init__(self, no: int, text: str, before=(), after=None, clean=None, cut: str = "", label: str = "",
                  raw: str | None = None):
@@ -30,6 +30,7 @@ class Hit:
         self.no, self.text, self.cut, self.label = no, text, cut, label
         self.raw = text if raw is None else raw   # the whole line, prefixes and all (unclaimed error examples)
         self._before, self._after, self._clean = before, after if after is not None else [], clean
+        self._after_src: list | None = None   # the lines after as the scanner gave them (raw), once cleaned
         # (before, after): how many neighbour lines the reader being fed asked for. The scanner gathers them for
         # the most demanding reader of the line; each reader sees its own count, whoever else reads the line.
         self.view: tuple[int, int] | None = None
@@ -45,8 +46,18 @@ class Hit:
     @property
     def after(self) -> list[str]:
         if self._clean and any(isinstance(a, bytes) for a in self._after):
+            self._after_src = self._after
             self._after = [self._clean(a) if isinstance(a, bytes) else a for a in self._after]
         return self._after if self.view is None else self._after[:self.view[1]]
+
+    @property
+    def after_labelled(self) -> list[str]:
+        """The lines after with their launcher labels kept: a program's own line can look like one (Horovod's
+        '2: [tensor, …]' under 'Missing ranks:' reads as an `srun -l` number)."""
+        self.after   # (keeps the raw lines aside)
+        src = self._after_src if self._after_src is not None else self._after
+        out = [self._clean(a, True) if isinstance(a, bytes) and self._clean else a for a in src]
+        return out if self.view is None else out[:self.view[1]]
 
     def joined(self, n: int = 1) -> str:
         """The line with the next n lines glued on: undoes terminal hard-wrapping mid-token."""

@@ -5,7 +5,7 @@ A spike is a point more than `rel` above the median of the previous `window` poi
 robust deviations away from it, with at least `min_history` points of history (SpikeThresholds). A slow rise or
 early-training noise fails one of the two tests. A team can set its own thresholds (TRIAGE_LOSS_SPIKE; the engine
 passes them in as the parser's Options). fp16 overflow skips are normal unless the loss scale collapses to
-SCALE_COLLAPSE or below."""
+SCALE_COLLAPSE or below (parsers.loss_scale)."""
 from __future__ import annotations
 
 import math
@@ -15,25 +15,25 @@ from typing import Any
 from core.models import Evidence, Finding
 from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
 from parsers.loss_bulk import BATCH, read_chunk, read_line
+from parsers.loss_scale import ScaleWatch
 from parsers.loss_lines import ELAPSED, after as _after, hf_dict, hf_line, megatron_fields as _megatron_fields, num as _f
 from parsers.loss_series import Series, SpikeThresholds, line_of as _line
 from parsers.step_series import StepSeries
 
-SCALE_COLLAPSE = 16.0
 GNAN_RUN = 3   # NaN grad norms in a row, up to the end of the log, beside a finite loss (fp16 skips come in ones and twos)
 
 _NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
 # "Train loss <iter> <value>" too, "loss at batch 5 = …", and a value printed as a tensor: "loss tensor(0.69, device=…)"
 _LOSS = rx(r"(?i)(?<![\w.])(?:reduced_)?(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss(?:/train(?:/total)?)?)(?:[ _]value|_step|_epoch)?['\"]?"
            r"(?:\s+(?:at|@)\s+(?:batch|step|iter(?:ation)?)\s+\d+)?"
-           r"\s*(?:[:=]\s*|\s+(?:\d+\s+(?=[\d.]+\s))?)['\"]?(?:tensor\()?" + _NUM + r"(?![\w.])")
-_GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*['\"]?" + _NUM)   # transformers 5 quotes its values
+           r"\s*(?:[:=]\s*|\s+(?:\d+\s+(?=[\d.]+\s))?)['\"]?(?:tensor\(|\[\s*)?" + _NUM + r"(?![\w.])")
+_GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*['\"]?\[?\s*" + _NUM)   # transformers 5 quotes its values
 _ITER = rx(r"iteration\s+(\d+)\s*/|\bstep['\"]?[:=\s]\s*(\d+)|global_step['\"]?[=:\s]+(\d+)|\|\s*(\d+)/\d+ \[",
            needs=("iteration", "step", "|"))
 _EPOCH = rx(r"\bepoch[:\s]\s*(\d+)\b|'epoch':\s*'?([\d.]+)", needs=("epoch",))   # only where no step is named on the line
 # Any loss term (train/backbone_loss, loss_cls, 'Loss is nan') read as NaN/Inf, whatever the format; keys that hold
 # a bound rather than a value (best_loss: inf at start-up, loss_scale) are not a loss.
-_TERM_NAN = rx(r"(?i)(?:([\w./-]*loss[\w./-]*)['\"]?\s*[:=]\s*['\"]?(?:tensor\()?|\bloss\s+(?:is|became|becomes)\s+)"
+_TERM_NAN = rx(r"(?i)(?:([\w./-]*loss[\w./-]*)['\"]?\s*[:=]\s*['\"]?(?:tensor\(|\[\s*)?|\bloss\s+(?:is|became|becomes)\s+)"
                r"(nan|-nan|[-+]?inf(?:inity)?)\b",
                needs=("nan", "inf"), fold=True)   # ~0.6 ms a line: run only where it can match
 # An AverageMeter-style value: the batch's value, then the running average in parentheses (torchvision's and timm's
@@ -42,12 +42,6 @@ _TERM_NAN = rx(r"(?i)(?:([\w./-]*loss[\w./-]*)['\"]?\s*[:=]\s*['\"]?(?:tensor\()
 _RUNNING_AVG = re.compile(r"\s*\(\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|nan|inf)\s*\)")
 _BOUND_KEY = ("best", "min", "max", "prev", "scale", "lowest")
 _NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)", needs=("nan iterations",))
-# The scale after an overflow, as DeepSpeed/apex ("reducing to"), Megatron ("reducing loss scale to") and fairseq
-# ("overflow detected, setting loss scale to: X") print it; the minimum as DeepSpeed/apex and fairseq say it
-_SCALE_DOWN = rx(r"(?:reducing to|reducing loss scale to|overflow detected, setting loss scale to:?)\s*"
-                 r"(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
-_SCALE_MIN = rx(r"Current loss scale already at minimum|loss scale (?:has )?reached (?:the )?minimum"
-                r"|Minimum loss scale reached")
 
 
 def _str(text) -> str:
@@ -63,7 +57,7 @@ class LossParser(Parser):
     Options = SpikeThresholds
     name = "loss"
     triggers = ("loss", "Loss", "LOSS", "grad norm", "grad_norm", "OVERFLOW", "Gradient overflow", "nan iterations",
-                "overflow detected")
+                "overflow detected", "rad scale", "rad_scale")
     after = 3
     # A plain Megatron log: iteration lines are read chunk-wide; scale and overflow lines still line by line.
     bulk = re.compile(rb"iteration\s+(\d+)\s*/([^\n]*)")
@@ -93,9 +87,7 @@ class LossParser(Parser):
         self.series: dict[str, Series] = {}
         self.skip_to = 0
         self.nan_ev = EvidenceBox()
-        self.scale_ev = EvidenceBox()
-        self.overflows, self.scale_min_hit = 0, False
-        self.min_scale: float | None = None
+        self.scale = ScaleWatch()
         self.nan_iters = self.grad_nan = 0
         self.gnan_points = 0     # NaN grad norms on lines whose loss is finite
         self.gnan_run = 0        # how many of them in a row, up to the last grad norm seen
@@ -171,8 +163,8 @@ class LossParser(Parser):
             if fields:
                 self._megatron(hit, fields, t)
                 return
-        if "OVERFLOW" in t or "overflow" in t or "loss scale" in t.lower():
-            self._scale(hit, t)
+        if "OVERFLOW" in t or "overflow" in t or "scale" in t.lower():
+            self.scale.read(hit, t)
         if any(s in t for s in _SKIP):
             return
         m = search(_NAN_ITERS, t)
@@ -249,22 +241,9 @@ class LossParser(Parser):
         except ValueError:
             pass
 
-    def _scale(self, hit: Hit, t: str) -> None:
-        if search(_SCALE_MIN, t):
-            self.scale_min_hit = True
-            self.scale_ev.hit(hit)
-            return
-        m = search(_SCALE_DOWN, t)
-        if m:
-            self.overflows += 1
-            v = float(m.group(1))
-            self.min_scale = v if self.min_scale is None else min(self.min_scale, v)
-            if v <= SCALE_COLLAPSE:
-                self.scale_ev.hit(hit)
-
     def seen(self) -> bool:
         self._flush_hf()
-        return bool(self.nan_ev.total or self.scale_ev.total or any(s.spikes for s in self.series.values()))
+        return bool(self.nan_ev.total or self.scale.ev.total or any(s.spikes for s in self.series.values()))
 
     def finish(self, ctx: Context) -> list[Finding]:
         self._flush_hf()
@@ -326,16 +305,12 @@ class LossParser(Parser):
             f["nan_points"] = self.term_nan
             f["loss_term"] = self.term_key
             title = f"A loss term became NaN/Inf ({self.term_key})"
-        elif self.scale_min_hit or (self.min_scale is not None and self.min_scale <= SCALE_COLLAPSE):
-            rule = "loss_nan.scale_collapse"
-            f["overflow_skips"] = self.overflows
-            if self.min_scale is not None:
-                f["min_loss_scale"] = self.min_scale
-            title = ("fp16 loss scale hit its minimum: gradients overflow at every step" if self.scale_min_hit
-                     else f"fp16 loss scale collapsed to {self.min_scale:g} after {self.overflows} overflow skips")
+        elif self.scale.collapsed():
+            rule, title = "loss_nan.scale_collapse", self.scale.title()
+            f.update(self.scale.facts())
         else:
             return None
-        ev = sorted(self.nan_ev.items + self.scale_ev.items, key=lambda e: e.line)[:5]
+        ev = sorted(self.nan_ev.items + self.scale.ev.items, key=lambda e: e.line)[:5]
         return Finding(symptom="loss_nan", rule=rule, title=title, severity="error", confidence=0.9, evidence=ev,
                        facts=f, first_line=min((e.line for e in ev), default=0))
 

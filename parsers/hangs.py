@@ -7,6 +7,7 @@ from typing import Any
 
 from core.models import Finding
 from parsers.base import Context, Hit, Parser, rank_of, ranks_text, rx, search
+from parsers.hang_reports import TRIGGERS as MISSING_TRIGGERS, MissingRanks
 
 GPUS_PER_NODE = 8   # p4d, p5, p5en and p6 alike: a larger world spans several nodes
 _WORK = rx(r"WorkNCCL\((?:SeqNum=(\d+),\s*)?OpType=(\w+)(?:.*?Timeout\(ms\)=(\d+))?.*?\)"
@@ -57,10 +58,9 @@ class TimeoutParser(Parser):
                 "Heartbeat monitor timed out", "watchdog got stuck", "communicator was aborted", "store based barrier", "client socket has timed out",
                 "clients joined", "retrieving ncclUniqueId", "exitcode", "Root Cause (first observed failure)",
                 "operations have failed or timed out", "Socket Timeout", "ait timeout after", "workers joined",
-                "Timed out waiting", "RendezvousTimeoutError",
-                _CHECK_TIMEOUT)
+                "Timed out waiting", "RendezvousTimeoutError", *MISSING_TRIGGERS, _CHECK_TIMEOUT)
     before = 4
-    after = 2
+    after = 4
 
     def __init__(self) -> None:
         super().__init__()
@@ -77,6 +77,7 @@ class TimeoutParser(Parser):
         self.root_next = False
         self.root_rank: int | None = None
         self.generic = 0
+        self.missing = MissingRanks()
 
     def _rec(self, rank: int | None, line: int) -> _Rank:
         if rank is None:
@@ -146,6 +147,10 @@ class TimeoutParser(Parser):
                 r.outstanding = int(w.group(1))
             matched = True
         matched = self._setup(t, rank, hit.no) or matched
+        kind = self.missing.read(hit, t) if "monitoredBarrier" in t or "remainder of ranks" in t else None
+        if kind:
+            self._rec(0 if rank is None and self.missing.by == "monitored_barrier" else rank, hit.no).kinds.add(kind)
+            matched = True
         if not matched:
             return
         r = self._rec(rank, hit.no)
@@ -260,6 +265,7 @@ class TimeoutParser(Parser):
             f["first_failure_rank"] = first
         if self.barrier:
             f["barrier"] = self.barrier
+        f = {**self.missing.facts(), **f}
         if self.store_root is not None:
             f["store_root_rank"] = self.store_root
         f.update(self.connect)
@@ -270,12 +276,15 @@ class TimeoutParser(Parser):
             f["world_size"] = ctx.world_size
         rule = ("nccl_timeout.watchdog" if "watchdog" in kinds else "nccl_timeout.heartbeat" if "heartbeat" in kinds
                 else "nccl_timeout.peer_wait" if "peer_wait" in kinds
+                else "nccl_timeout.stall" if "stall" in kinds
                 else "nccl_timeout.store" if self.store_root is not None or self.connect or self.store_wait
                 else "nccl_timeout.barrier")
         return Finding(symptom="nccl_timeout", rule=rule, title=self._title(f, rule), severity="critical",
                        confidence=0.95, evidence=self.ev.items, facts=f, first_line=self.ev.first())
 
     def _lagging(self, recs: dict[int, _Rank], ctx: Context) -> tuple[list[int], str | None]:
+        if self.missing.count and self.missing.by:
+            return self.missing.lagging()
         seqs = {k: v.seq for k, v in recs.items() if v.seq is not None}
         if len(set(seqs.values())) > 1:
             low = min(seqs.values())
@@ -345,6 +354,10 @@ class TimeoutParser(Parser):
         ranks = f["reporting_ranks"]
         if rule == "nccl_timeout.heartbeat":
             head = "ProcessGroupNCCL heartbeat monitor aborted the job: the watchdog made no progress"
+        elif f.get("missing_reported_by") == "horovod":
+            head = "Horovod's stall inspector: a collective waits on ranks that never submitted it"
+        elif f.get("missing_reported_by") == "monitored_barrier":
+            head = "monitored_barrier timed out"
         elif "master_addr" in f:
             head = "Process-group setup failed"
         elif rule == "nccl_timeout.store" and "store_root_rank" not in f:

@@ -44,9 +44,11 @@ def clean(raw: bytes, focus: int = 0) -> str:
     return text
 
 
-def clean_line(raw: bytes) -> str:
-    """A context line as readers see it: cleaned, and without the noise prefixes a transport put in front."""
-    return unprefix(clean(raw))[2]
+def clean_line(raw: bytes, keep_label: bool = False) -> str:
+    """A context line as readers see it: cleaned, and without the noise prefixes a transport put in front (and
+    without the launcher labels, unless `keep_label`)."""
+    _, label, text = unprefix(clean(raw))
+    return label + text if keep_label else text
 
 
 class _Owners(dict):

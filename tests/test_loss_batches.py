@@ -111,10 +111,11 @@ def _read(buf: bytes, chunk: int, batched: bool) -> LossParser:
 
 
 def _parser_state(p: LossParser) -> dict:
-    d = {k: v for k, v in vars(p).items() if k not in ("series", "bulk_series", "steps", "spike")}
+    d = {k: v for k, v in vars(p).items() if k not in ("series", "bulk_series", "steps", "spike", "scale")}
+    d["scale"] = {k: v for k, v in vars(p.scale).items() if k != "ev"}
     d["series"] = {k: s.__getstate__() for k, s in p.series.items()}
     d["steps"] = (p.steps.seconds, p.steps.iters, p.steps.lines)
-    d["evidence"] = [(e.line, e.text) for box in (p.nan_ev, p.gnan_ev, p.scale_ev) for e in box.items]
+    d["evidence"] = [(e.line, e.text) for box in (p.nan_ev, p.gnan_ev, p.scale.ev) for e in box.items]
     return {k: v for k, v in d.items() if not k.endswith("_ev")}
 
 
