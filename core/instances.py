@@ -39,6 +39,21 @@ def expected_busbw(instance: str | None, nodes: int | None) -> float | None:
     return None if exp is None else exp[1] if (nodes or 1) > 1 else exp[0]
 
 
+# A data-centre GPU of the A100 generation or later is never built into a multi-node cluster with less than 100 Gb/s
+# of RDMA fabric per node (1x EDR/HDR100 InfiniBand, 100 GbE RoCE, one Slingshot-10 NIC): a ring collective across
+# such nodes that stays under 70% of 12.5 GB/s is slow whatever the fabric is
+FABRIC_FLOOR_GBPS = 12.5
+FLOOR_GPUS = ("A100", "H100", "H200", "GH200", "H800", "A800", "B200", "GB200", "B300", "MI250", "MI300", "MI325", "MI355")
+
+
+def fabric_floor(op: str | None, gpu: str | None, nodes: int | None, message_bytes: int) -> float | None:
+    """What a multi-node ring collective on GPUs the text names should beat at least, when no instance says more."""
+    if op not in RING_OPS or message_bytes < MIN_JUDGED_BYTES or (nodes or 1) < 2 or not gpu:
+        return None
+    named = any(re.search(rf"(?<![A-Z0-9]){key}(?![0-9])", gpu) for key in FLOOR_GPUS)
+    return FABRIC_FLOOR_GBPS if named else None
+
+
 def busbw_ceiling(op: str | None, instance: str | None, nodes: int | None, message_bytes: int) -> float | None:
     """What a benchmark's bus bandwidth at its largest message should reach, or None when nothing says: the figures
     are for the ring collectives only (none for alltoall, broadcast or sendrecv), and only large messages say anything

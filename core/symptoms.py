@@ -40,11 +40,11 @@ class Symptom:
 _REGISTRY: tuple[Symptom, ...] = (
     Symptom("cuda_oom", "oom", "critical", 3, "CUDA out of memory", "GPU 메모리 부족(CUDA OOM)",
             ("allocated_gib", "count", "device", "free_gib", "other_pids", F.OTHER_PROCESSES_GIB, "phase",
-             "private_pools_gib", "process_in_use_gib", "ranks", "reserved_gib", "reserved_unallocated_gib",
+             "needed_gib", "private_pools_gib", "process_in_use_gib", "ranks", "reserved_gib", "reserved_unallocated_gib",
              "total_gib", "tried_gib")),
     Symptom("nccl_timeout", "hangs", "critical", 9, "NCCL collective timeout (hang)", "NCCL collective 타임아웃(행)",
             ("aborted_ranks", "barrier", "elapsed_ms", "exit_code", "first_failure_rank", F.HOSTS, F.LAGGING_HOSTS,
-             "lagging_ranks", "lagging_reason", F.LOG_HOLDS_HOST, "master_addr", "master_port", "op_type",
+             "lagging_ranks", "lagging_reason", F.LOG_HOLDS_HOST, "master_addr", "master_port", "missing_reported_by", "op_type",
              "reporting_ranks", "seq_by_rank", "seq_num", "store_root_rank", "timeout_ms", "waited_s", "world_size"),
             causes=("gpu_xid", "nvlink_inactive", "version_mismatch", "cuda_oom", "efa_provider_missing",
                     "efa_mr_registration", "fork_enomem", "nccl_error"),
@@ -93,7 +93,8 @@ _REGISTRY: tuple[Symptom, ...] = (
              "tflops_per_gpu", "util_pct"),
             report=THROUGHPUT, title_ko_format="GPU가 제 성능을 내지 못함: MFU나 활용률이 목표보다 낮음"),
     Symptom("slow_comm", "slow", "warning", 12, "Communication is slow", "통신이 느림",
-            ("busbw_gbps", "comm_share_pct", "expected_gbps", "instance", "message_bytes", "net_channel_lines", "nodes",
+            ("busbw_gbps", "comm_share_pct", "expected_because", "expected_gbps", "fabric", "gpu", "instance",
+             "message_bytes", "net_channel_lines", "nodes",
              "op", "ratio_pct", "reports", "timers", "top_kernel"),
             causes=("tcp_fallback", "efa_provider_missing", "nvlink_inactive", "version_mismatch"),
             report=THROUGHPUT),   # its Korean title depends on the rule: bot.titles_ko builds it

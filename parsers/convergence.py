@@ -27,7 +27,7 @@ _NUM = r"(nan|-nan|[-+]?inf|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
 _LOSS = rx(r"(?i)(?<![\w.])(?:reduced_)?(?:lm[ _]loss|train(?:ing)?[_/ ]loss|loss(?:/train(?:/total)?)?)(?:[ _]value|_step|_epoch)?['\"]?"
            r"(?:\s+(?:at|@)\s+(?:batch|step|iter(?:ation)?)\s+\d+)?"
            r"\s*(?:[:=]\s*|\s+(?:\d+\s+(?=[\d.]+\s))?)['\"]?(?:tensor\(|\[\s*)?" + _NUM + r"(?![\w.])")
-_GNORM = rx(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*['\"]?\[?\s*" + _NUM)   # transformers 5 quotes its values
+_GNORM = rx(r"(?i)(?:grad[ _]norm|(?<![\w])gnorm)['\"]?\s*[:=]\s*['\"]?\[?\s*" + _NUM)   # fairseq: gnorm=   # transformers 5 quotes its values
 _ITER = rx(r"iteration\s+(\d+)\s*/|\bstep['\"]?[:=\s]\s*(\d+)|global_step['\"]?[=:\s]+(\d+)|\|\s*(\d+)/\d+ \[",
            needs=("iteration", "step", "|"))
 _EPOCH = rx(r"\bepoch[:\s]\s*(\d+)\b|'epoch':\s*'?([\d.]+)", needs=("epoch",))   # only where no step is named on the line
@@ -57,7 +57,7 @@ class LossParser(Parser):
     Options = SpikeThresholds
     name = "loss"
     triggers = ("loss", "Loss", "LOSS", "grad norm", "grad_norm", "OVERFLOW", "Gradient overflow", "nan iterations",
-                "overflow detected", "rad scale", "rad_scale")
+                "overflow detected", "rad scale", "rad_scale", "gnorm=")
     after = 3
     # A plain Megatron log: iteration lines are read chunk-wide; scale and overflow lines still line by line.
     bulk = re.compile(rb"iteration\s+(\d+)\s*/([^\n]*)")

@@ -47,6 +47,9 @@ def line_of(x):
 
 # A short paste (1-2 points of history): a point this many times all of it and this much above it is a spike
 SHORT_JUMPS = ((10.0, 1.0), (4.0, 2.0))
+# ... or a jump the gradient confirms: the loss this many times its top and 1.0 above it, while the grad norm
+# reaches GNORM_CONFIRM times the highest one before (a noisy loss does not move its grad norm that much)
+SHORT_CONFIRMED_REL1, GNORM_CONFIRM = 1.2, 3.0
 SHORT_HISTORY, SHORT_HISTORY_REL1 = 5, 2.0   # under this many points of history with no spread: at least 2x
 RISE_RUN = 4       # divergence: this many rises in a row ...
 RISE_RATIO = 1.5   # ... ending this many times above where the climb began, and at least 1.0 above it,
@@ -113,8 +116,10 @@ class Series:
             top = max(self.hist)
             # a short paste: one or two points, then a blow-up; or a loss that lives below zero (Dice + CE) jumping
             # well above it
+            confirmed = top > 0 and v >= SHORT_CONFIRMED_REL1 * top and v - top >= 1.0 and math.isfinite(g) \
+                and bool(self.ghist) and g >= GNORM_CONFIRM * max(self.ghist)
             if (top > 0 and any(v >= r * top and v - top >= d for r, d in SHORT_JUMPS)) or \
-                    (top < 0 < v and v - top >= 0.5):
+                    (top < 0 < v and v - top >= 0.5) or confirmed:
                 self.spikes += 1
                 self._record(v, median(self.hist) or top, g, it, no, text)
         if self.best is None or self.best["line"] != no:   # (one rule per point: a point is one spike)

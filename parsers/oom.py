@@ -14,10 +14,14 @@ _KINDS = (
     ("runtime", rx(r"CUDA error: ?out of memory|Out of memory error on GPU \d+\.|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL.*out of memory"
                    r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP error: ?out of memory")),
     ("cublas", rx(r"CUBLAS_STATUS_ALLOC_FAILED")),
+    # XLA (JAX, torch_xla, TensorFlow) on GPU or TPU: the compiler's or the allocator's RESOURCE_EXHAUSTED
+    ("xla", rx(r"Ran out of memory in memory space (?:hbm|vmem)|RESOURCE_EXHAUSTED: (?:Out of memory|Failed to allocate)"
+               r"|OOM when allocating tensor", needs=("memory space", "RESOURCE_EXHAUSTED", "OOM when"))),
     # cuBLAS failing to create its handle: its workspace allocation on a full GPU (a bad install is the other cause)
     ("cublas_handle", rx(r"CUBLAS_STATUS_NOT_INITIALIZED when calling `?cublasCreate|Create cublas handle failed")),
 )
 _TRIED = rx(r"Tried to allocate " + _SIZE)
+_XLA_USED = rx(r"Used ([\d.]+)G of ([\d.]+)G (?:hbm|vmem)", needs=("Used ",))
 _OLD = rx(r"\(GPU (\d+); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE + r" free;"
           r"(?: " + _SIZE + r" (?:reserved in total by PyTorch|cached))?")
 _NEW_TOTAL = rx(r"GPU (\d+) has a total capacity of " + _SIZE + r" of which " + _SIZE + r" is free")
@@ -68,7 +72,8 @@ def _gib(m, i: int) -> float | None:
 class OomParser(Parser):
     name = "cuda_oom"
     triggers = ("out of memory", "Out of memory error on GPU", "Tried to allocate", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "CUDA_ERROR_OUT_OF_MEMORY",
-                "cudaErrorMemoryAllocation", "cublasCreate", "Create cublas handle")
+                "cudaErrorMemoryAllocation", "cublasCreate", "Create cublas handle", "RESOURCE_EXHAUSTED",
+                "OOM when allocating")
     before = 12
     after = 12
 
@@ -116,6 +121,9 @@ class OomParser(Parser):
             f["allocated_gib"], f["reserved_unallocated_gib"] = _gib(m, 1), _gib(m, 5)
             if m.group(3):
                 f["private_pools_gib"] = _gib(m, 3)
+        m = search(_XLA_USED, text)
+        if m:
+            f["needed_gib"], f["total_gib"] = float(m.group(1)), float(m.group(2))
         f.update(_processes(text, f))
         self.facts.update({k: v for k, v in f.items() if v is not None})
 
@@ -148,6 +156,9 @@ class OomParser(Parser):
                 title += f" of {f['total_gib']} GiB"
         elif kind == "nccl":
             title += " while NCCL was allocating its buffers"
+        elif kind == "xla":
+            title = "XLA ran out of accelerator memory (RESOURCE_EXHAUSTED)" + (
+                f": the program needs {f['needed_gib']} GiB of {f['total_gib']} GiB" if "needed_gib" in f else "")
         elif kind == "cublas_handle":
             title = (f"cuBLAS could not create its handle on {where}: usually no GPU memory was left for its "
                      "workspace (a CUDA install that does not match the driver is the other cause)")

@@ -270,14 +270,22 @@ class BusbwParser(Parser):
         for b in ctx.benchmarks:
             op = b.get("op") if b.get("op") != "unknown" else "all_reduce" if self.reducing else None
             exp = I.busbw_ceiling(op, b.get("instance"), b.get("nodes"), b["max_size_bytes"])
+            floor = None if exp else I.fabric_floor(op, b.get("gpu"), b.get("nodes"), b["max_size_bytes"])
+            exp = exp or floor
             if not exp or b["max_size_busbw"] >= I.BUSBW_OK * exp:
                 continue
             row = max(b["rows"], key=lambda r: r["size_bytes"])
             self.ev.add(row["line"], self.row_text.get(row["line"], f"{row['size_bytes']} bytes: busbw {row['busbw']}"))
             facts, where = busbw_facts(b["op"] if b["op"] != "unknown" else "all_reduce or reduce_scatter",
-                                       b["max_size_busbw"], exp, b["max_size_bytes"], b.get("nodes") or 1, b["instance"])
+                                       b["max_size_busbw"], exp, b["max_size_bytes"], b.get("nodes") or 1,
+                                       b["instance"])
+            if floor:
+                where = f"{facts['nodes']} nodes of {b['gpu']}"
+                facts.update(gpu=b["gpu"], fabric="unknown",
+                             expected_because="the least RDMA fabric (100 Gb/s per node) such nodes are built with")
             title = (f"{facts['op']} reaches {b['max_size_busbw']:g} GB/s bus bandwidth at {b['max_size_bytes'] >> 20} "
-                     f"MiB on {where}, {facts['ratio_pct']:g}% of the ~{exp:g} GB/s its fabric should carry")
+                     f"MiB on {where}, {facts['ratio_pct']:g}% of the ~{exp:g} GB/s " +
+                     ("even a 100 Gb/s RDMA fabric carries" if floor else "its fabric should carry"))
             return [Finding(symptom="slow_comm", rule="slow_comm.nccl_tests", title=title, severity="warning",
                             confidence=0.8, evidence=self.ev.items, facts=facts, first_line=self.ev.first())]
         return []

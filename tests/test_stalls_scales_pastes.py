@@ -103,3 +103,45 @@ def test_a_paste_indented_as_a_whole_reads_like_the_log(run):
              "   1073741824     268435456     float     sum      -1   9817.1  109.37  205.08      0\n"
              "   2147483648     536870912     float     sum      -1    19501  110.12  206.48      0\n")
     assert run(table).findings == run("\t" + table.replace("\n", "\n\t")).findings
+
+
+def test_xla_running_out_of_accelerator_memory_is_an_oom(run):
+    text = ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of "
+            "memory in memory space hbm. Used 41.20G of 15.48G hbm. Exceeded hbm capacity by 25.72G.\n")
+    f = run(text).findings[0]
+    assert (f.symptom, f.rule, f.facts["needed_gib"], f.facts["total_gib"]) == ("cuda_oom", "cuda_oom.xla", 41.2, 15.48)
+    assert _top(run, "2024-01-01 XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+                     "8589934592 bytes.\n") == ("cuda_oom", "cuda_oom.xla")
+    # a quota message with the same status word is no memory failure
+    assert not run("grpc status RESOURCE_EXHAUSTED: Quota exceeded for requests per minute\n").findings
+
+
+def test_a_short_jump_the_grad_norm_confirms_is_a_spike(run):
+    line = ("2024-07-12 12:{m}:00 | INFO | train_inner | epoch 004:   {u} / 9000 loss={v}, nll_loss=0.7, ppl=300.1, "
+            "wps=12000.0, ups=0.32, num_updates={u}, lr=0.0002, gnorm={g}, loss_scale=64, train_wall=310, wall=0\n")
+    jump = line.format(m=10, u=1800, v="7.912", g="1.702") + line.format(m=15, u=1900, v="8.034", g="1.611")
+    f = run(jump + line.format(m=20, u=2000, v="9.821", g="7.340")).findings[0]
+    assert f.symptom == "loss_spike" and f.facts["grad_norm_at_spike"] == 7.34
+    # the same loss jump with a calm grad norm is left alone on so short a paste, and so is a grad norm jump alone
+    assert not run(jump + line.format(m=20, u=2000, v="9.821", g="1.905")).findings
+    assert not run(jump + line.format(m=20, u=2000, v="8.101", g="7.340")).findings
+
+
+NCCL_TESTS = ("#  Rank  0 Group  0 Pid  41 on  gpu-a01 device  0 [0x07] {gpu}\n"
+              "#  Rank  1 Group  0 Pid  42 on  gpu-a02 device  0 [0x07] {gpu}\n"
+              "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+              "    268435456      67108864     float     sum      -1    60123    4.46    {bw}      0\n"
+              "    536870912     134217728     float     sum      -1   120551    4.45    {bw}      0\n")
+
+
+def test_a_multi_node_ring_collective_under_any_rdma_fabric_is_slow_where_no_instance_is_named(run):
+    # (an H100 or A100 alone stands for its AWS instance and that instance's EFA figure; these name none)
+    d = run("    " + NCCL_TESTS.format(gpu="NVIDIA GH200 120GB", bw="4.45").replace("\n", "\n    "))
+    f = d.findings[0]
+    assert (f.symptom, f.facts["fabric"], f.facts["expected_gbps"]) == ("slow_comm", "unknown", 12.5)
+    advice = " ".join(c.name for s in f.steps for c in s.changes)
+    assert "fi_info" not in advice and "NCCL_DEBUG" in advice   # no EFA command on a fabric nobody named
+    # fast enough for a 100 Gb/s fabric, or a GPU of an older generation (25 GbE clusters exist): nothing said
+    assert run(NCCL_TESTS.format(gpu="AMD Instinct MI300X", bw="4.45")).findings[0].symptom == "slow_comm"
+    assert not run(NCCL_TESTS.format(gpu="NVIDIA GH200 120GB", bw="11.20")).findings
+    assert not run(NCCL_TESTS.format(gpu="Tesla V100-SXM2-32GB", bw="4.45")).findings

@@ -12,7 +12,7 @@ NCCL_TESTS_ROW = _ROW = rx(r"^\s*(\d+)\s+(\d+)\s+(" + "|".join(_TYPES) + r")\s+(
 TYPE_TRIGGERS = tuple(f" {t} " for t in _TYPES)   # the data-type column of a result row
 _OP = rx(r"\b(all_reduce|all_gather|alltoall|reduce_scatter|broadcast|reduce|sendrecv|gather|scatter|hypercube)_perf\b")
 _AVG = rx(r"Avg bus bandwidth\s*:\s*([\d.]+)")
-_RANK = rx(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
+_RANK = rx(r"^\s*#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
 
 
 class NcclTestsCollector(Collector):
