@@ -78,6 +78,11 @@ def _script(text: str, c: Change) -> str:
         at = exports[-1].end() if exports else (text.find("\n") + 1 if text.startswith("#!") else 0)
         return text[:at] + f"export {c.name}={_literal(c.to)}\n" + text[at:]
     flag = re.compile(rf"(?<!\S){re.escape(c.name)}(?:(=|[ \t]+)(?!--)([^\s\\]+))?(?=\s|$)")
+    if c.to is None:   # a removal: the flag's own line when it stands alone there, else the flag and its blank before
+        alone = re.compile(rf"^[ \t]*{re.escape(c.name)}(?:[ \t]*\\)?[ \t]*\n", re.M)
+        if alone.search(text):
+            return alone.sub("", text, count=1)
+        return re.sub(rf"[ \t]*(?<!\S){re.escape(c.name)}(?=\s|$)", "", text, count=1)
     m = flag.search(text)
     value = "" if c.to is True else f" {_literal(c.to)}"
     if m:
@@ -114,8 +119,8 @@ def patch(d: Diagnosis, name: str, text: str) -> Patch:
                 out.not_applied.append(said + (f" ({why})" if why and (chosen is None or i <= chosen) else ""))
                 continue
             after = {"json": _json, "yaml": _yaml, "script": _script}[kind](new, c)
-            (out.applied if after != new else out.not_applied).append(
-                f"{c.name} = {_literal(c.to)}" + ("" if after != new else " (already so)"))
+            done = f"{c.name} removed" if c.to is None and c.kind == "flag" else f"{c.name} = {_literal(c.to)}"
+            (out.applied if after != new else out.not_applied).append(done + ("" if after != new else " (already so)"))
             new = after
     out.step = steps[chosen][0].id if chosen is not None else None
     out.diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),

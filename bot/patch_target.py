@@ -123,6 +123,10 @@ def _conflict(c: Change, now) -> str | None:
 
 def skip_reason(c: Change, kind: str, reader: str | None, text: str) -> str | None:
     """None when the change goes into this file; otherwise why not, in a few words."""
+    if c.kind == "flag" and c.to is None and c.from_ is not None:   # a removal (DESIGN: `to: null`)
+        if kind != "script":
+            return "a launch flag, not a key in this file"
+        return None if _flag_present(c.name, text) else "not in this script: nothing to remove"
     if c.kind == "command" or (c.to is None and c.kind != "env"):
         return "not a setting"
     now = current(c, kind, text)   # what the file holds for this change (the file is parsed once per change)

@@ -10,11 +10,48 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 MEGATRON, DEEPSPEED, HF, LIGHTNING, FSDP = "megatron", "deepspeed", "hf_trainer", "lightning", "fsdp"
+TORCH = "torch"   # plain PyTorch: never detected (every framework prints torch), the spelling an unrecognised job gets
 # When several show (Megatron-DeepSpeed, the HF Trainer or Lightning driving DeepSpeed or FSDP), the settings a
 # user edits belong to the first of these; the sharding engine underneath still decides the sharding vocabulary.
 PRIMARY_ORDER = (MEGATRON, HF, LIGHTNING, DEEPSPEED, FSDP)
 SHARDING_ORDER = (DEEPSPEED, FSDP, MEGATRON)
-LABELS = {MEGATRON: "Megatron", DEEPSPEED: "DeepSpeed", HF: "HF Trainer", LIGHTNING: "Lightning", FSDP: "FSDP"}
+LABELS = {MEGATRON: "Megatron", DEEPSPEED: "DeepSpeed", HF: "HF Trainer", LIGHTNING: "Lightning", FSDP: "FSDP",
+          TORCH: "plain torch"}
+# Settings DeepSpeed's engine owns whenever it runs the optimizer, whichever framework launched it: Megatron-DeepSpeed
+# reads clipping and precision from the DeepSpeed JSON (not --clip-grad / --fp16), and the HF Trainer only fills the
+# JSON's "auto" values from its own flags.
+DS_OWNED = frozenset({"clip_grad", "bf16"})
+
+# Raw names a playbook may use outside the concept table, and who owns them: a change naming one is never given to a
+# job that shows another framework (no DeepSpeed JSON key for a Megatron or HF job, no Megatron flag for a DeepSpeed
+# one). A job whose framework the log does not show keeps
+# them: the name says whose it is, and `--config` translates it into the user's file.
+CONTAINER = "container"   # job.container: the log shows a container runtime (docker options are given only then)
+_DEEPSPEED_KEYS = ("zero_optimization.", "fp16.", "bf16.", "gradient_clipping", "train_micro_batch_size_per_gpu",
+                   "activation_checkpointing.")
+_MEGATRON_FLAGS = frozenset({
+    "--DDP-impl", "--distributed-timeout-minutes", "--initial-loss-scale", "--log-straggler", "--lr-warmup-iters",
+    "--moe-aux-loss-coeff", "--moe-expert-capacity-factor", "--overlap-grad-reduce", "--pipeline-model-parallel-size",
+    "--rampup-batch-size", "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+    "--straggler-minmax-count", "--tensor-model-parallel-size", "--use-distributed-optimizer",
+    "--virtual-pipeline-model-parallel-size"})
+# Literal text of a container runtime in a log (a launcher line, an image, a runtime's own message).
+CONTAINER_SIGNS = ("docker", "Docker", "enroot", "pyxis", "apptainer", "Apptainer",
+                   "singularity", "Singularity", "/.dockerenv", "kubernetes", "kubectl", "containerd", "podman")
+
+
+def owner_of(kind: str, name: str) -> str | None:
+    """Who owns a raw change name (DeepSpeed or Megatron), or None for a name any job has."""
+    if kind == "config" and name.startswith(_DEEPSPEED_KEYS):
+        return DEEPSPEED
+    if kind == "flag" and name in _MEGATRON_FLAGS:
+        return MEGATRON
+    return None
+
+
+def shows(job: dict, owner: str) -> bool:
+    """Whether a raw name's owner may be this job's framework: yes unless the log shows another one."""
+    return job.get("framework") is None or owner in (job.get("framework"), job.get("sharding_engine"))
 
 # Literal text only that framework prints (paths of its modules, banners, its own log prefixes). Per-step lines
 # ("lm loss:", "[Rank 0] step=") are left out on purpose: they would wake the collector on every line of a long log.
@@ -39,6 +76,9 @@ class Name:
     name: str
     value: Callable[[Any], Any] | None = None   # the framework's literal for a generic value (bf16 True -> "bf16-mixed")
     note: str | None = None
+    # (kind, name, job key, value): a setting that must go when this one is set (Megatron asserts on --bf16 beside
+    # --fp16); a flag is removed (value None, DESIGN's removal), a config key set to the value
+    drop: tuple[str, str, str, Any] | None = None
 
 
 # concept -> framework -> its name. A framework missing from a concept has no such setting: the engine says so.
@@ -71,9 +111,9 @@ VOCAB: dict[str, dict[str, Name]] = {
         FSDP: Name("config", "model.clip_grad_norm_(max_norm)", note="FSDP's own method, not torch.nn.utils'"),
     },
     "bf16": {
-        MEGATRON: Name("flag", "--bf16"),
-        DEEPSPEED: Name("config", "bf16.enabled", note="and fp16.enabled: false"),
-        HF: Name("flag", "--bf16", note="and drop --fp16"),
+        MEGATRON: Name("flag", "--bf16", drop=("flag", "--fp16", "fp16", None)),
+        DEEPSPEED: Name("config", "bf16.enabled", drop=("config", "fp16.enabled", "fp16", False)),
+        HF: Name("flag", "--bf16", drop=("flag", "--fp16", "fp16", None)),
         LIGHTNING: Name("config", "Trainer(precision=…)", value=lambda v: "bf16-mixed" if v is True else v),
         FSDP: Name("config", "MixedPrecision(param_dtype=…)", value=lambda v: "torch.bfloat16" if v is True else v),
     },
@@ -94,6 +134,16 @@ VOCAB: dict[str, dict[str, Name]] = {
         LIGHTNING: Name("config", "the lr in configure_optimizers()"),
         FSDP: Name("config", "optimizer lr"),
     },
+    "distributed_timeout": {   # minutes, converted where a framework counts in seconds or takes a timedelta
+        MEGATRON: Name("flag", "--distributed-timeout-minutes"),
+        HF: Name("flag", "--ddp_timeout", value=lambda v: int(v * 60) if isinstance(v, (int, float)) else v,
+                 note="seconds"),
+        DEEPSPEED: Name("config", "deepspeed.init_distributed(timeout=…)", value=lambda v: _minutes(v)),
+        LIGHTNING: Name("config", "Trainer(strategy=DDPStrategy(timeout=…))", value=lambda v: _minutes(v),
+                        note="FSDPStrategy and DeepSpeedStrategy take the same timeout="),
+        FSDP: Name("config", "dist.init_process_group(timeout=…)", value=lambda v: _minutes(v)),
+        TORCH: Name("config", "dist.init_process_group(timeout=…)", value=lambda v: _minutes(v)),
+    },
     "shard_optimizer": {   # shard optimizer state (and gradients where the engine can) across data-parallel ranks
         DEEPSPEED: Name("config", "zero_optimization.stage", value=lambda v: 2 if v is True else v),
         FSDP: Name("config", "ShardingStrategy", value=lambda v: "SHARD_GRAD_OP" if v is True else v),
@@ -102,6 +152,10 @@ VOCAB: dict[str, dict[str, Name]] = {
         LIGHTNING: Name("config", "Trainer(strategy=…)", value=lambda v: "deepspeed_stage_2" if v is True else v),
     },
 }
+
+
+def _minutes(v: Any) -> Any:
+    return f"timedelta(minutes={v:g})" if isinstance(v, (int, float)) else v
 
 
 def detect(seen: set[str]) -> tuple[str | None, str | None]:
@@ -117,8 +171,15 @@ def name_for(concept: str, primary: str | None, sharding: str | None) -> Name | 
     An unrecognised framework gets Megatron's name with the others in the note."""
     table = VOCAB[concept]
     fw = (sharding or primary) if concept == "shard_optimizer" else primary
+    if sharding == DEEPSPEED and concept in DS_OWNED and fw in (MEGATRON, HF):
+        ds = table[DEEPSPEED]
+        why = (f"the DeepSpeed JSON: its engine applies this, not {table[fw].name}" if fw == MEGATRON else
+               f"the DeepSpeed JSON; keep {table[fw].name} in step or leave the JSON at \"auto\"")
+        return Name(ds.kind, ds.name, ds.value, "; ".join(x for x in (ds.note, why) if x), ds.drop)
     if fw is None:
-        base = table.get(MEGATRON) or next(iter(table.values()))
-        others = "; ".join(f"{LABELS[f]}: {n.name}" for f, n in table.items() if f != MEGATRON)
-        return Name(base.kind, base.name, base.value, "; ".join(x for x in ("framework not recognised in the log", others) if x))
+        key = TORCH if TORCH in table else MEGATRON if MEGATRON in table else next(iter(table))
+        base = table[key]
+        others = "; ".join(f"{LABELS[f]}: {n.name}" for f, n in table.items() if f != key and n.name != base.name)
+        return Name(base.kind, base.name, base.value,
+                    "; ".join(x for x in ("framework not recognised in the log", others) if x), base.drop)
     return table.get(fw)

@@ -21,13 +21,15 @@ SETTINGS: dict[str, type] = {
     # the HF Trainer's and Lightning's names
     "per_device_train_batch_size": int, "max_grad_norm": float, "learning_rate": float, "gradient_checkpointing": bool,
     "accumulate_grad_batches": int, "gradient_clip_val": float, "overlap_grad_reduce": bool,
+    # DeepSpeed's engine configuration dump ("fp16_enabled ..... True", "initial_dynamic_scale .... 65536")
+    "fp16_enabled": bool, "bfloat16_enabled": bool, "bf16_enabled": bool, "initial_dynamic_scale": float,
 }
 # Several spellings of one setting, stored under one key.
 ALIASES = {"zero_optimization_stage": "zero_stage", "train_micro_batch_size_per_gpu": "micro_batch_size",
            "checkpoint_activations": "recompute_activations", "gradient_clipping": "clip_grad",
            "per_device_train_batch_size": "micro_batch_size", "max_grad_norm": "clip_grad", "learning_rate": "lr",
            "gradient_checkpointing": "recompute_activations", "accumulate_grad_batches": "gradient_accumulation_steps",
-           "gradient_clip_val": "clip_grad"}
+           "gradient_clip_val": "clip_grad", "fp16_enabled": "fp16", "bfloat16_enabled": "bf16", "bf16_enabled": "bf16"}
 
 # Megatron-style flag (without the dashes) -> key
 FLAG_TO_KEY = {
@@ -53,7 +55,8 @@ CONFIG_TO_KEY = {"zero_optimization.stage": "zero_stage", "train_micro_batch_siz
 # Keys the engine adds beside the settings: environment variables seen, hosts, world size, instance family, and
 # the parameter count; then the memory math derived from the parameter count.
 ENV = "env"
-CONTEXT_KEYS = (ENV, "hosts", "world_size", "instance_family", "parameters", "framework", "sharding_engine")
+CONTEXT_KEYS = (ENV, "hosts", "world_size", "instance_family", "parameters", "framework", "sharding_engine",
+                "container")   # container: the log shows a container runtime (docker, enroot/pyxis, apptainer, k8s)
 DERIVED_KEYS = ("model_state_gib_fp32_adam", "model_state_gib_mixed_adam", "min_gpus_80gb", "model_state_gib_12_bytes",
                 "next_tensor_model_parallel_size", "next_pipeline_model_parallel_size",
                 "next_virtual_pipeline_model_parallel_size", "min_micro_batches",   # core/layout.py

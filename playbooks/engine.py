@@ -146,8 +146,8 @@ def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], b
             if spec["id"] in seen or not _all(spec["when"], scope):
                 continue
             seen.add(spec["id"])
-            changes = [c for c in (_change(c, scope) for c in spec["changes"] if _all(c["when"], scope))
-                       if c is not None and _useful(c, given)]
+            changes = [c for spec_c in spec["changes"] if _all(spec_c["when"], scope)
+                       for c in _changes(spec_c, scope) if _useful(c, given)]
             text = spec["text_ko"] if lang == "ko" and spec["text_ko"] else spec["text"]
             steps.append(Step(id=spec["id"], owner=spec["owner"], text=_fill(text, scope), changes=changes,
                               cite=list(spec["cite"])))
@@ -231,21 +231,32 @@ def _value(spec: Any, scope: dict[str, Any]) -> Any:
     return out
 
 
-def _change(c: dict[str, Any], scope: dict[str, Any]) -> Change | None:
+def _changes(c: dict[str, Any], scope: dict[str, Any]) -> list[Change]:
+    """A change spec as the job's own changes: none where the job has no such setting or does not show the owner of
+    a raw name (a DeepSpeed key on a job without DeepSpeed); a setting in its framework's name and units, with the
+    setting it displaces removed where the log shows it (Megatron's --fp16 when --bf16 goes in)."""
     to, from_ = _value(c["to"], scope), _value(c["from_"], scope)
-    if c["kind"] != "setting":
-        return Change(kind=c["kind"], name=_fill(c["name"], scope), to=to, from_=from_, note=c["note"])
     job = scope["job"]
+    if c["kind"] != "setting":
+        owner = FW.owner_of(c["kind"], c["name"])
+        if owner is not None and not FW.shows(job, owner):
+            return []
+        return [Change(kind=c["kind"], name=_fill(c["name"], scope), to=to, from_=from_, note=c["note"])]
     own = FW.name_for(c["name"], job.get("framework"), job.get("sharding_engine"))
     if own is None:
-        return None   # this framework has no such setting
+        return []   # this framework has no such setting
     if own.value is not None:
         to = own.value(to)
-        from_ = None if isinstance(from_, bool) else from_   # a generic on/off is not the framework's literal
-    note = "; ".join(n for n in (c["note"], own.note) if n) or None
-    return Change(kind=own.kind, name=own.name, to=to, from_=from_, note=note)
-
-
+        from_ = None if from_ is None or isinstance(from_, bool) else own.value(from_)   # a generic on/off is not the framework's literal
+    out = [Change(kind=own.kind, name=own.name, to=to, from_=from_,
+                  note="; ".join(n for n in (c["note"], own.note) if n) or None)]
+    if own.drop and to is True:
+        kind, name, key, value = own.drop
+        if job.get(key) is True:
+            out.append(Change(kind=kind, name=name, to=value, from_=True, note=None if value is not None else "remove it"))
+        else:
+            out[0].note = "; ".join(n for n in (out[0].note, f"and drop {name} if it is set") if n)
+    return out
 
 
 def _fill(text: str, scope: dict[str, Any]) -> str:

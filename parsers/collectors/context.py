@@ -4,6 +4,7 @@ This collector finds no symptom. `versions_seen` keeps every distinct version pe
 version_mismatch parser can tell when ranks disagree."""
 from __future__ import annotations
 
+import math
 import re
 from operator import itemgetter
 from typing import Any
@@ -178,6 +179,10 @@ class ContextCollector(Collector):
         val = J.coerce(J.SETTINGS[key], raw)
         if val is None and J.SETTINGS[key] is not str:
             return
+        if key == "initial_dynamic_scale":   # DeepSpeed prints the scale; its JSON sets the power of two
+            if val < 1 or not math.log2(val).is_integer():
+                return
+            key, val = "initial_scale_power", int(math.log2(val))
         self.job.setdefault(J.ALIASES.get(key, key), val)
 
     def collect(self, ctx: Context) -> None:

@@ -1,11 +1,14 @@
 """Which training framework printed the log (Megatron, DeepSpeed, the HF Trainer, Lightning, FSDP), so that advice
-names the settings of that framework (core/frameworks.py). Finds no symptom."""
+names the settings of that framework (core/frameworks.py), and whether it ran in a container (so that docker options
+are given only there). Finds no symptom."""
 from __future__ import annotations
 
 from core import frameworks as F
 from parsers.base import Collector, Context, Hit
 
 _BY_LITERAL = {lit: fw for fw, lits in F.SIGNATURES.items() for lit in lits}
+_BY_LITERAL.update({lit: F.CONTAINER for lit in F.CONTAINER_SIGNS})
+_ALL = len(F.SIGNATURES) + 1
 
 
 class FrameworkCollector(Collector):
@@ -16,12 +19,14 @@ class FrameworkCollector(Collector):
         self.seen: set[str] = set()
 
     def feed(self, hit: Hit) -> None:
-        if len(self.seen) == len(F.SIGNATURES):
+        if len(self.seen) == _ALL:
             return
         t = hit.text
         self.seen.update(fw for lit, fw in _BY_LITERAL.items() if fw not in self.seen and lit in t)
 
     def collect(self, ctx: Context) -> None:
+        if F.CONTAINER in self.seen:
+            ctx.job.setdefault("container", True)
         primary, sharding = F.detect(self.seen)
         if primary:
             ctx.job.setdefault("framework", primary)
