@@ -285,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="your DeepSpeed/HF config (JSON/YAML) or launch script: print the fix as a diff of it")
     d.add_argument("--record", action="store_true", help="also store the diagnosis in TRIAGE_DB (for reports)")
     d.add_argument("--lang", choices=("en", "ko"), default="en", help="language of the answer")
+    d.add_argument("-v", "--verbose", action="store_true", help="also print the facts each finding was built from")
     d.add_argument("--llm", action="store_true", help="phrase the answer with TRIAGE_LLM (checked by the guard)")
     d.add_argument("--job", help="with --record: a job name to group diagnoses by")
     d.add_argument("--together", action="store_true",

@@ -46,7 +46,7 @@ class Emitter:
                                    "answer": phrasing.answer.model_dump() if phrasing.answer else None}
             print(json_safe(json.dumps(doc, ensure_ascii=False)))
         else:
-            print(terminal_safe(diagnosis_text(d, args.lang, phrasing)))
+            print(terminal_safe(diagnosis_text(d, args.lang, phrasing, verbose=getattr(args, "verbose", False))))
             if fix is not None:
                 print(terminal_safe(_fix_text(fix, args.config)))
         sys.stdout.flush()

@@ -1,6 +1,7 @@
 """Deterministic text for people: root cause first, evidence with line numbers, steps with copyable changes."""
 from __future__ import annotations
 
+import json
 import re
 
 from bot.i18n import finding_title, symptom_name, t
@@ -21,31 +22,50 @@ def json_safe(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
-def change_text(c: Change) -> str:
-    """One copyable line per change."""
-    def fmt(v):
-        return "true" if v is True else "false" if v is False else str(v)
+_JSON_KEY = re.compile(r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*")   # a dotted config key (DeepSpeed's JSON)
+
+
+def _plain(v) -> str:
+    return "true" if v is True else "false" if v is False else str(v)
+
+
+def _python(v) -> str:
+    """A value inside a Python call: code stays code (timedelta(…), torch.bfloat16), words become strings."""
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, str) and not re.search(r"[(.=<{]", v):
+        return json.dumps(v)
+    return str(v)
+
+
+def change_text(c: Change, lang: str = "en") -> str:
+    """One line per change, in the form it is pasted: `export X=1`, `--micro-batch-size 2`, `"gradient_clipping":
+    0.5`, `Trainer(gradient_clip_val=0.5)`, `$ command`; the current value and any note after a `#`."""
+    comment = [f"{t(lang, 'was')} {_plain(c.from_)}"] if c.from_ is not None and c.kind != "command" else []
     if c.kind == "env":
-        text = f"export {c.name}={fmt(c.to)}" if c.to is not None else f"unset {c.name}"
-        if c.from_ is not None:
-            text += f"   # was {fmt(c.from_)}"
+        text = f"export {c.name}={_plain(c.to)}" if c.to is not None else f"unset {c.name}"
     elif c.kind == "flag":
-        if c.to is True and c.from_ is None:
-            text = c.name
-        elif c.to is None:
-            text = c.name
+        if c.to is None:
+            text, comment = f"{t(lang, 'remove')} {c.name}", []
         else:
-            text = f"{c.name} {fmt(c.from_)} → {fmt(c.to)}" if c.from_ is not None else f"{c.name} {fmt(c.to)}"
+            text = c.name if c.to is True else f"{c.name} {_plain(c.to)}"
     elif c.kind == "config":
         if c.to is None:
-            text = c.name
+            text = f"{t(lang, 'remove')} {c.name}"
+        elif "…" in c.name:
+            text = c.name.replace("…", _python(c.to), 1)
+        elif _JSON_KEY.fullmatch(c.name):
+            *outer, leaf = c.name.split(".")
+            text = f'"{leaf}": {json.dumps(c.to, ensure_ascii=False)}'
+            for key in reversed(outer):
+                text = f'"{key}": {{{text}}}'
         else:
-            text = f"{c.name}: {fmt(c.from_)} → {fmt(c.to)}" if c.from_ is not None else f"{c.name}: {fmt(c.to)}"
+            text = f"{c.name}: {_plain(c.to)}"
     else:
         text = f"$ {c.name}"
-    if c.note:
-        text += f"   ({c.note})"
-    return text
+    if c.note and not (c.note == "remove it" and c.to is None):
+        comment.append(c.note)   # a removal already says so
+    return text + (f"   # {'; '.join(comment)}" if comment else "")
 
 
 def _readable(v, limit: int = 100) -> str:
@@ -69,15 +89,44 @@ def _facts(f: Finding) -> str:
     return " | ".join(f"{k}={_readable(v)}" for k, v in f.facts.items() if v not in (None, "", [], {}))
 
 
+ROOT_STEPS = 4   # the root cause's steps shown in full; later rungs and clean-up follow in short blocks
+
+
 def _step_lines(i: int, owner: str, text: str, changes: list[Change], cite: list[str], lang: str) -> list[str]:
     out = [f"    {i}. [{t(lang, owner)}] {text}"]
-    out += [f"         {change_text(c)}" for c in changes]
+    out += [f"         {change_text(c, lang)}" for c in changes]
     out.append(f"         {t(lang, 'runbook')}: {', '.join(cite)}")
     return out
 
 
+_CLEANUP_LEAD = re.compile(r"^(?:Also clean up|Also check|정리할 것|함께 점검)\s*:\s*")
+
+
+def _steps_text(f: Finding, index: int, lang: str, phrased: dict[str, str] | None) -> list[str]:
+    """The root cause's first steps in full, numbered; the next rungs after them; environment clean-up last, in its
+    own block (its steps' 'Also clean up:' lead said once, as the block's heading)."""
+    def text(s) -> str:
+        return (phrased or {}).get(f"{index + 1}.{s.id}", s.text)
+    root = [s for s in f.steps if not s.cleanup]
+    rest = [s for s in f.steps if s.cleanup]
+    out = [f"  {t(lang, 'steps')}:"]
+    for i, s in enumerate(root[:ROOT_STEPS], 1):
+        out += _step_lines(i, s.owner, text(s), s.changes, s.cite, lang)
+    if root[ROOT_STEPS:]:
+        out.append(f"  {t(lang, 'more')}:")
+        for i, s in enumerate(root[ROOT_STEPS:], ROOT_STEPS + 1):
+            out += _step_lines(i, s.owner, text(s), s.changes, s.cite, lang)
+    if rest:
+        out.append(f"  {t(lang, 'cleanup')}:")   # hygiene and routine checks, not the fix
+        for s in rest:
+            body = _CLEANUP_LEAD.sub("", text(s))
+            out += _step_lines(0, s.owner, body[:1].upper() + body[1:], s.changes, s.cite, lang)
+            out[-2 - len(s.changes)] = out[-2 - len(s.changes)].replace("    0. ", "    - ", 1)
+    return out
+
+
 def finding_text(f: Finding, index: int, lang: str = "en", phrased: dict[str, str] | None = None,
-                 show_steps: bool = True) -> list[str]:
+                 show_steps: bool = True, verbose: bool = False) -> list[str]:
     head = t(lang, "root") if index == 0 else t(lang, "also")
     cause = f" ({t(lang, 'consequence')} {f.caused_by})" if f.caused_by else ""
     name = symptom_name(lang, f.symptom)
@@ -86,13 +135,10 @@ def finding_text(f: Finding, index: int, lang: str = "en", phrased: dict[str, st
     if f.evidence:
         out.append(f"  {t(lang, 'evidence')}:")
         out += [f"    {e.where}: {e.text[:240]}" for e in f.evidence]
-    if facts := _facts(f):
+    if verbose and (facts := _facts(f)):
         out.append(f"  {t(lang, 'facts')}: {facts}")
     if f.steps and show_steps:
-        out.append(f"  {t(lang, 'steps')}:")
-        for i, s in enumerate(f.steps, 1):
-            text = (phrased or {}).get(f"{index + 1}.{s.id}", s.text)
-            out += _step_lines(i, s.owner, text, s.changes, s.cite, lang)
+        out += _steps_text(f, index, lang, phrased)
     return out
 
 
@@ -107,9 +153,10 @@ def verdict_lines(d: Diagnosis, lang: str) -> list[str]:
                                    for u in d.unclaimed[:UNKNOWN_SHOWN]]
 
 
-def diagnosis_text(d: Diagnosis, lang: str = "en", phrasing=None) -> str:
+def diagnosis_text(d: Diagnosis, lang: str = "en", phrasing=None, verbose: bool = False) -> str:
     """The deterministic answer; with an accepted LLM phrasing, its summary and step prose replace ours while
-    every change and citation still comes from the diagnosis itself."""
+    every change and citation still comes from the diagnosis itself. The facts the engine extracted (its working,
+    kept whole in the JSON) only when `verbose`."""
     size = d.input.bytes
     human = f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 1024:.1f} KiB" if size >= 1024 else f"{size} B"
     trunc = f", {t(lang, 'truncated')}" if d.input.truncated else ""
@@ -122,7 +169,7 @@ def diagnosis_text(d: Diagnosis, lang: str = "en", phrasing=None) -> str:
     if not d.findings:
         lines += verdict_lines(d, lang)
     for i, f in enumerate(d.findings):
-        lines += finding_text(f, i, lang, phrased, show_steps=(i == 0 or f.caused_by is None))
+        lines += finding_text(f, i, lang, phrased, show_steps=(i == 0 or f.caused_by is None), verbose=verbose)
         lines.append("")
     if d.step_time:
         lines.append(step_time_line(d.step_time, lang))

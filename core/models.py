@@ -85,13 +85,17 @@ class Step:
     text: str
     changes: list[Change] = field(default_factory=list)
     cite: list[str] = field(default_factory=list)
+    cleanup: bool = False     # environment hygiene, not the root cause's fix ("cleanup": true in JSON, only when so)
 
     def __post_init__(self) -> None:
         _one_of(self.owner, OWNERS, "Step.owner")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "owner": self.owner, "text": self.text,
-                "changes": [c.to_dict() for c in self.changes], "cite": list(self.cite)}
+        out = {"id": self.id, "owner": self.owner, "text": self.text,
+               "changes": [c.to_dict() for c in self.changes], "cite": list(self.cite)}
+        if self.cleanup:
+            out["cleanup"] = True
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Step":

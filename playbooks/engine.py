@@ -150,7 +150,7 @@ def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], b
                        for c in _changes(spec_c, scope) if _useful(c, given)]
             text = spec["text_ko"] if lang == "ko" and spec["text_ko"] else spec["text"]
             steps.append(Step(id=spec["id"], owner=spec["owner"], text=_fill(text, scope), changes=changes,
-                              cite=list(spec["cite"])))
+                              cite=list(spec["cite"]), cleanup=bool(pb.get("cleanup"))))
     return steps[:MAX_STEPS]
 
 

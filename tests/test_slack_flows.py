@@ -34,7 +34,7 @@ def test_slash_command_acks_then_answers_at_response_url(slack_bot):
     assert resp["response_type"] == "in_channel"
     text = _texts(resp["blocks"])
     assert "Root cause: cuda_oom" in text
-    assert "--micro-batch-size 4 → 2" in text and "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
+    assert "--micro-batch-size 2   # was 4" in text and "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
     assert "[ML]" in text and "`oom#micro-batch`" in text
     assert "line 21:" in text
     rows = h.store.recent(5)
