@@ -88,7 +88,8 @@ def _tcp(f: Finding, x: dict) -> str:
              else "aws-ofi-nccl 초기화 실패" if "ofi_init_failed" in why
              else "쓸 수 있는 InfiniBand 장치 없음" if why & {"ib_no_device", "ib_open_failed"}
              else "EFA provider 없음" if "efa_provider" in why else "RDMA 전송을 잡지 못함")
-    return f"NCCL이 EFA/InfiniBand 대신 TCP 소켓{ifaces}으로 데이터를 보냄: {cause}"
+    expected = {"efa": "EFA", "infiniband": "InfiniBand"}.get(x.get("fabric", ""), "EFA/InfiniBand")
+    return f"NCCL이 {expected} 대신 TCP 소켓{ifaces}으로 데이터를 보냄: {cause}"
 
 
 def _loss_nan(f: Finding, x: dict) -> str:

@@ -318,6 +318,9 @@ class TransportParser(Parser):
             aws = "multi_node" in reasons and not reasons & {"ib_no_device", "ib_open_failed", "ib_plugin"}
         if self.no_plugin and aws:
             f["net_plugin_missing"] = self.no_plugin[2]
+        ib = reasons & {"ib_no_device", "ib_open_failed", "ib_plugin", "ib_disabled"} or any(i[:2] == "ib" for i in self.ifaces)
+        if aws or ib:   # the fabric the job expected
+            f["fabric"] = "efa" if aws else "infiniband"
         if self.ifaces:
             f["socket_interfaces"] = sorted(self.ifaces)
         if only_socket:
@@ -331,7 +334,8 @@ class TransportParser(Parser):
                  else "no InfiniBand device was usable" if reasons & {"ib_no_device", "ib_open_failed"}
                  else "no EFA provider" if "efa_provider" in reasons else "no RDMA transport was picked up")
         where = f" ({', '.join(sorted(self.ifaces))})" if self.ifaces else ""
-        title = f"NCCL moves data over TCP sockets{where} instead of EFA/InfiniBand: {cause}"
+        expected = {"efa": "EFA", "infiniband": "InfiniBand"}.get(f.get("fabric", ""), "EFA/InfiniBand")
+        title = f"NCCL moves data over TCP sockets{where} instead of {expected}: {cause}"
         if self.rdma_hosts and only_socket:
             title += f"; {len(only_socket)} host(s) fell back while others use RDMA"
         ev = sorted(self.expect_ev.items + self.sock_ev.items, key=lambda e: e.line)[:5]

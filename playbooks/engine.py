@@ -185,6 +185,8 @@ def _holds(c: dict[str, Any], scope: dict[str, Any]) -> bool:
         return bool(v)
     if op == "nin":   # not one of these, or not shown at all
         return v is None or v not in c["value"]
+    if op == "lacks":   # a list or text without this item, or nothing shown
+        return v is None or not (isinstance(v, (list, str, dict)) and c["value"] in v)
     if v is None:
         return False
     want = c["value"]

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from playbooks.check import COMPUTE_OPS
 
 Scalar = Union[str, int, float, bool]
-Op = Literal["exists", "missing", "eq", "ne", "lt", "le", "gt", "ge", "in", "nin", "contains", "nonempty"]
+Op = Literal["exists", "missing", "eq", "ne", "lt", "le", "gt", "ge", "in", "nin", "contains", "lacks", "nonempty"]
 
 
 class _M(BaseModel):

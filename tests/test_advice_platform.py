@@ -1,0 +1,54 @@
+"""Advice for the hardware the log shows (issue 30): a socket fallback on an InfiniBand cluster gets InfiniBand steps
+(HCA port state, verbs modules, /dev/infiniband, NCCL_IB_HCA) and no EFA, libfabric or security-group step; on AWS
+the EFA steps stay and no InfiniBand-only one appears."""
+from test_advice_vocabulary import TCP
+
+IB = ("gpu-node-07:41235:41235 [0] NCCL INFO Bootstrap : Using ib0:10.10.0.7<0>\n"
+      "gpu-node-07:41235:41235 [0] NCCL INFO NCCL_IB_DISABLE set by environment to 0.\n"
+      "gpu-node-07:41235:41235 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.\n"
+      "gpu-node-07:41235:41235 [0] NCCL INFO NET/IB : No device found.\n"
+      "gpu-node-07:41235:41235 [0] NCCL INFO NET/Socket : Using [0]ib0:10.10.0.7<0>\n"
+      "gpu-node-07:41235:41235 [0] NCCL INFO Using network Socket\n"
+      "gpu-node-08:39911:39911 [0] NCCL INFO NET/Socket : Using [0]ib0:10.10.0.8<0>\n"
+      "gpu-node-08:39911:39911 [0] NCCL INFO Using network Socket\n")
+EFA_WORDS = ("efa", "fi_info", "libfabric", "aws-ofi-nccl", "security group", "/opt/amazon")
+
+
+def _said(d) -> str:
+    f = d.findings[0]
+    return " ".join([f.title] + [s.text for s in f.steps] + [c.name + str(c.note) for s in f.steps for c in s.changes])
+
+
+def test_an_infiniband_cluster_gets_infiniband_steps_and_nothing_of_efa(run):
+    d = run(IB)
+    f = d.findings[0]
+    assert f.symptom == "tcp_fallback" and f.facts["fabric"] == "infiniband"
+    assert "instead of InfiniBand" in f.title and "net_plugin_missing" not in f.facts   # no plugin is needed on IB
+    said = _said(d).lower()
+    assert not [w for w in EFA_WORDS if w in said]
+    names = {c.name for s in f.steps for c in s.changes}
+    assert {"ibstat", "ls /dev/infiniband", "NCCL_IB_HCA", "ibv_devices"} <= names
+    assert [s.id for s in f.steps][0] == "tcp_fallback.ib_port_state"
+
+
+def test_infiniband_switched_off_is_undone_first_without_a_missing_device_step(run):
+    d = run(IB.replace("NCCL_IB_DISABLE set by environment to 0.", "NCCL_IB_DISABLE set by environment to 1.")
+            .replace("gpu-node-07:41235:41235 [0] NCCL INFO NET/IB : No device found.\n", ""))
+    f = d.findings[0]
+    ids = [s.id for s in f.steps]
+    assert f.facts["fabric"] == "infiniband" and ids[0] == "tcp_fallback.ib_enable"
+    assert "tcp_fallback.ib_port_state" not in ids
+
+
+def test_aws_keeps_its_efa_steps_and_gets_no_infiniband_only_step(run):
+    d = run(TCP)
+    f = d.findings[0]
+    assert f.facts["fabric"] == "efa" and "instead of EFA:" in f.title
+    names = {c.name for s in f.steps for c in s.changes}
+    assert "fi_info -p efa" in names and not {"ibstat", "NCCL_IB_HCA", "ibv_devices"} & names
+
+
+def test_the_korean_title_names_the_fabric_too(run):
+    from bot.i18n import finding_title
+    assert "InfiniBand 대신" in finding_title("ko", run(IB).findings[0])
+    assert "EFA 대신" in finding_title("ko", run(TCP).findings[0])
