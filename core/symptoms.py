@@ -57,7 +57,7 @@ _REGISTRY: tuple[Symptom, ...] = (
                     "efa_provider_missing"),
             host_facts={F.HOSTS: F.ROLE_INVOLVED}),
     Symptom("efa_mr_registration", "efa", "critical", 5, "EFA memory registration failed", "EFA 메모리 등록 실패",
-            ("bytes", "cause", "count", "device", "dmabuf", "error", "function", "hosts", "mem_type", "rc"),
+            ("bytes", "cause", "count", "device", "dmabuf", "error", "function", "hosts", "mem_type", "rc", "ruled_out"),
             host_facts={F.HOSTS: F.ROLE_INVOLVED}),
     Symptom("tcp_fallback", "efa", "error", 8, "TCP sockets instead of EFA/IB", "EFA/IB 대신 TCP 소켓으로 통신",
             ("expected_because", "fabric", "net_plugin_missing", F.SOCKET_HOSTS, "socket_interfaces", "rdma_hosts"),

@@ -1,7 +1,6 @@
 """The efa family: what the EFA data path under NCCL (aws-ofi-nccl, libfabric) reports.
 
 efa_mr_registration: aws-ofi-nccl or libfabric's EFA provider could not register a memory region.
-
 tcp_fallback and efa_provider_missing: which network NCCL really moves data over.
 
 Sockets for bootstrap or the out-of-band channel are healthy. The data path over sockets is a fallback only when
@@ -14,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from core import versions as V
 from core.models import Finding
 from parsers import gdr
 from parsers.base import Context, EvidenceBox, Hit, Parser, host_of, rank_of, rx, search
@@ -119,8 +119,8 @@ class EfaMrParser(Parser):
         if self.hosts:
             f["hosts"] = sorted(self.hosts)
         err = f.get("error", "")
-        if f.get("rc") == -22 or "Invalid argument" in err:
-            f["cause"] = "cuda_sync_memops"
+        if f.get("rc") == -22 or "Invalid argument" in err:   # the efa-installer < 1.29.1 pairing needs NCCL 2.19+
+            f["cause" if V.compare(ctx.versions.get("nccl") or "99", "ge", "2.19") else "ruled_out"] = "cuda_sync_memops"
         elif f.get("rc") in (12, -12) or "Cannot allocate memory" in err:
             f["cause"] = "enomem"
         elif "Bad address" in err and self.dmabuf:
@@ -171,6 +171,7 @@ _NNODES = rx(r"\bnNodes (\d+)\b", needs=("nNodes",))
 # a line labelled with its node's address by a multi-node launcher (DeepSpeed's pdsh runner: "10.0.3.7: host:pid:tid
 # [3] NCCL INFO …"); DeepSpeed launches one node without pdsh
 _NODE_LABEL = rx(r"^(\d{1,3}(?:\.\d{1,3}){3}): [A-Za-z0-9][\w.-]*:\d+:\d+ \[\d+\]")
+_FABRIC = {"efa": "EFA", "infiniband": "InfiniBand"}
 _EFA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200")
 
 
@@ -319,7 +320,7 @@ class TransportParser(Parser):
         if self.no_plugin and aws:
             f["net_plugin_missing"] = self.no_plugin[2]
         ib = reasons & {"ib_no_device", "ib_open_failed", "ib_plugin", "ib_disabled"} or any(i[:2] == "ib" for i in self.ifaces)
-        if aws or ib:   # the fabric the job expected
+        if aws or ib:   # the fabric the job expected (EFA: AWS signs; InfiniBand: IB probed, an IB plugin, IPoIB)
             f["fabric"] = "efa" if aws else "infiniband"
         if self.ifaces:
             f["socket_interfaces"] = sorted(self.ifaces)
@@ -334,8 +335,7 @@ class TransportParser(Parser):
                  else "no InfiniBand device was usable" if reasons & {"ib_no_device", "ib_open_failed"}
                  else "no EFA provider" if "efa_provider" in reasons else "no RDMA transport was picked up")
         where = f" ({', '.join(sorted(self.ifaces))})" if self.ifaces else ""
-        expected = {"efa": "EFA", "infiniband": "InfiniBand"}.get(f.get("fabric", ""), "EFA/InfiniBand")
-        title = f"NCCL moves data over TCP sockets{where} instead of {expected}: {cause}"
+        title = f"NCCL moves data over TCP sockets{where} instead of {_FABRIC.get(f.get('fabric'), 'EFA/InfiniBand')}: {cause}"
         if self.rdma_hosts and only_socket:
             title += f"; {len(only_socket)} host(s) fell back while others use RDMA"
         ev = sorted(self.expect_ev.items + self.sock_ev.items, key=lambda e: e.line)[:5]

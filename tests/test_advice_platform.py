@@ -52,3 +52,37 @@ def test_the_korean_title_names_the_fabric_too(run):
     from bot.i18n import finding_title
     assert "InfiniBand 대신" in finding_title("ko", run(IB).findings[0])
     assert "EFA 대신" in finding_title("ko", run(TCP).findings[0])
+
+
+def _stack(ofi: str, libfabric: str, nccl: str = "2.18.5") -> str:
+    return (f"p5-1:1:1 [0] NCCL INFO NCCL version {nccl}+cuda12.2\n"
+            f"p5-1:1:1 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl {ofi}-aws\n"
+            f"p5-1:1:1 [0] NCCL INFO NET/OFI Using Libfabric version {libfabric}\n")
+
+
+def test_an_old_efa_stack_is_named_first_with_the_runbooks_interim_settings(run):
+    from core import versions as V
+    d = run(_stack("1.5.0", "1.16") + TCP)
+    f = d.findings[0]
+    assert [s.id for s in f.steps][:2] == ["efa_provider.old_plugin", "efa_stack.libfabric_old"]
+    assert f.steps[0].text.startswith("Upgrade aws-ofi-nccl: 1.5.0")
+    assert {(c.name, c.to) for c in f.steps[0].changes} == {("FI_PROVIDER", "efa"), ("NCCL_PROTO", "simple")}
+    # the weekly report judges the same versions by the same rules
+    assert V.evaluate(d.versions)["ofi_needs_provider"] and V.evaluate(d.versions)["libfabric_old"]
+    # near miss: a current stack gets neither step
+    ids = [s.id for s in run(_stack("1.7.4", "1.19") + TCP).findings[0].steps]
+    assert "efa_provider.old_plugin" not in ids and "efa_stack.libfabric_old" not in ids
+
+
+MR_22 = ("p5-1:5515:5690 [4] register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for "
+         "device 4. RC: -22, Error: Invalid argument\n")
+
+
+def test_rc22_is_the_sync_memops_pairing_only_from_nccl_2_19(run):
+    old = run("# EFA installer version: 1.28.0\n" + _stack("1.8.1", "1.19", nccl="2.18.3") + MR_22).findings[0]
+    assert old.facts.get("ruled_out") == "cuda_sync_memops" and "cause" not in old.facts
+    assert old.steps[0].id == "efa_mr.sync_memops_ruled_out" and "NCCL 2.18.3" in old.steps[0].text
+    assert not any(c.name == "FI_EFA_SET_CUDA_SYNC_MEMOPS" for s in old.steps for c in s.changes)
+    new = run("# EFA installer version: 1.28.0\n" + _stack("1.8.1", "1.19", nccl="2.20.3") + MR_22).findings[0]
+    assert new.facts["cause"] == "cuda_sync_memops"
+    assert ("FI_EFA_SET_CUDA_SYNC_MEMOPS", 0) in {(c.name, c.to) for c in new.steps[0].changes}
