@@ -243,7 +243,9 @@ def _changes(c: dict[str, Any], scope: dict[str, Any]) -> list[Change]:
         owner = FW.owner_of(c["kind"], c["name"])
         if owner is not None and not FW.shows(job, owner):
             return []
-        return [Change(kind=c["kind"], name=_fill(c["name"], scope), to=to, from_=from_, note=c["note"])]
+        sep = "," if c["kind"] == "command" else ", "   # a command takes a list as one word (nodename=a,b)
+        note = _fill(c["note"], scope, sep) if c["note"] else None
+        return [Change(kind=c["kind"], name=_fill(c["name"], scope, sep), to=to, from_=from_, note=note)]
     own = FW.name_for(c["name"], job.get("framework"), job.get("sharding_engine"))
     if own is None:
         return []   # this framework has no such setting
@@ -261,12 +263,12 @@ def _changes(c: dict[str, Any], scope: dict[str, Any]) -> list[Change]:
     return out
 
 
-def _fill(text: str, scope: dict[str, Any]) -> str:
+def _fill(text: str, scope: dict[str, Any], sep: str = ", ") -> str:
     def sub(m: re.Match) -> str:
         v = lookup(scope, m.group(1))
         if v is None:
             return "(?)"
         if isinstance(v, list):
-            return ", ".join(str(x) for x in v)
+            return sep.join(str(x) for x in v)
         return str(v)
     return PLACEHOLDER.sub(sub, text)

@@ -86,3 +86,36 @@ def test_rc22_is_the_sync_memops_pairing_only_from_nccl_2_19(run):
     new = run("# EFA installer version: 1.28.0\n" + _stack("1.8.1", "1.19", nccl="2.20.3") + MR_22).findings[0]
     assert new.facts["cause"] == "cuda_sync_memops"
     assert ("FI_EFA_SET_CUDA_SYNC_MEMOPS", 0) in {(c.name, c.to) for c in new.steps[0].changes}
+
+
+def test_a_gpu_fault_reads_ecc_and_remapper_state_before_any_reset_on_the_named_hosts(run):
+    d = run("Nov  4 03:12:44 ip-10-4-12-88 kernel: NVRM: Xid (PCI:0000:a8:00): 79, pid=1, name=python3, "
+            "GPU has fallen off the bus.\n"
+            "Nov  4 03:12:45 ip-10-4-12-91 kernel: NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=python3, "
+            "GPU has fallen off the bus.\n")
+    f = d.findings[0]
+    ids = [s.id for s in f.steps]
+    assert ids.index("gpu_xid.ecc_state") < ids.index("gpu_xid.reset")
+    commands = [c.name for s in f.steps for c in s.changes]
+    assert commands.index("nvidia-smi -q -d ECC,ROW_REMAPPER") < commands.index("nvidia-smi -r")
+    drain = next(c for c in commands if c.startswith("scontrol"))
+    assert "nodename=ip-10-4-12-88,ip-10-4-12-91 " in drain and "<node>" not in drain
+
+
+def test_every_nccl_tests_command_runs_under_a_launcher(books):
+    """`all_reduce_perf … -g 1` alone tests one GPU of one node: every nccl-tests command a playbook gives starts
+    with srun (and names mpirun in its note)."""
+    perf = [c for b in books for st in b.playbook["steps"] for c in st["changes"]
+            if c["kind"] == "command" and "_perf " in c["name"]]
+    assert perf and all(c["name"].startswith("srun ") and "mpirun" in (c["note"] or "") for c in perf)
+
+
+def test_a_hangs_node_test_pairs_the_lagging_host_with_a_healthy_one(run):
+    from test_advice_vocabulary import TIMEOUT
+    lag = TIMEOUT.replace("[rank1]", "[rank3]").replace("[Rank 1]", "[Rank 3]").replace("SeqNum=1205", "SeqNum=1204")
+    d = run("p5-st-1:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 4 cudaDev 0 busId 53000 - Init COMPLETE\n"
+            "p5-st-2:2:2 [1] NCCL INFO comm 0x2 rank 3 nranks 4 cudaDev 1 busId 64000 - Init COMPLETE\n"
+            + TIMEOUT.replace("[rank1]", "[rank0]").replace("[Rank 1]", "[Rank 0]") + lag)
+    cmds = [c for s in d.findings[0].steps for c in s.changes if "all_reduce_perf" in c.name]
+    assert cmds and cmds[0].name.startswith("srun -w p5-st-2,<healthy node> ")
+    assert "mpirun -np 16 -H p5-st-2:8," in cmds[0].note
