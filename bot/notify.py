@@ -13,6 +13,27 @@ HEAD = {"en": "Job {job} finished{code}: {verdict} ({files})", "ko": "작업 {jo
 CODE = {"en": " with exit code {n}", "ko": " (종료 코드 {n})"}
 FILES = {"en": "{n} log file(s)", "ko": "로그 파일 {n}개"}
 NOTHING = {"en": "no known failure in its logs", "ko": "로그에서 알려진 장애를 찾지 못함"}
+# an exit status above 128 is 128 + the signal that ended the process
+SIGNALS = {
+    "en": {9: "SIGKILL: the kernel's OOM killer, or a cancel or time limit that escalated",
+           15: "SIGTERM: cancelled, preempted or out of time", 6: "SIGABRT: aborted, e.g. by the NCCL watchdog",
+           11: "SIGSEGV: a segmentation fault", 7: "SIGBUS: a bus error, often /dev/shm too small"},
+    "ko": {9: "SIGKILL: 커널 OOM killer이거나, 취소·시간 제한이 강제 종료로 이어짐",
+           15: "SIGTERM: 취소, 선점 또는 시간 초과", 6: "SIGABRT: 중단됨(예: NCCL watchdog)",
+           11: "SIGSEGV: 세그멘테이션 오류", 7: "SIGBUS: 버스 오류(대개 /dev/shm 부족)"},
+}
+FAILED_UNKNOWN = {
+    "en": ":x: The job failed{code} but its logs hold no failure Train Triage knows: read the last lines of every "
+          "rank's log (and the node's kernel log for a kill).",
+    "ko": ":x: 작업은 실패했지만{code} 로그에서 Train Triage가 아는 장애를 찾지 못했습니다. 모든 rank 로그의 마지막 줄(강제 종료라면 노드의 커널 로그)을 읽어 보세요.",
+}
+
+
+def exit_text(n: int, lang: str = "en") -> str:
+    """' with exit code 137 (SIGKILL: …)' — the signal named where the status says one ended the job."""
+    lang = lang if lang in CODE else "en"
+    why = SIGNALS[lang].get(n - 128) if 128 < n < 160 else None
+    return CODE[lang].format(n=n) + (f" ({why})" if why else "")
 
 
 @dataclass
@@ -52,6 +73,9 @@ class Notifier:
         did = self.triage.record(d, None, source="notify", channel=self.channel, job_key=key)
         from bot import slack_blocks as kit
         blocks, text, cut = self.bot.answer(d, did, self.lang)
+        if not d.findings and exit_code:   # never a green tick on a job that exited non-zero
+            lang = self.lang if self.lang in FAILED_UNKNOWN else "en"
+            blocks = [kit.section(kit.esc(FAILED_UNKNOWN[lang].format(code=exit_text(exit_code, lang))))] + blocks[1:]
         head = self.head(key, exit_code, len(paths), d)
         ts = self.bot.post_diagnosis(self.client, self.channel, thread, d, did, self.lang,
                                      ([kit.context(kit.esc(head))] + blocks, f"{kit.esc(head)}. {text}", cut))
@@ -61,7 +85,7 @@ class Notifier:
         lang = self.lang if self.lang in HEAD else "en"
         from bot.i18n import symptom_name
         verdict = symptom_name(lang, d.findings[0].symptom) if d.findings else NOTHING[lang]
-        code = CODE[lang].format(n=exit_code) if exit_code is not None else ""
+        code = exit_text(exit_code, lang) if exit_code is not None else ""
         return mask_secrets(HEAD[lang].format(job=key, code=code, verdict=verdict, files=FILES[lang].format(n=files)))
 
 

@@ -148,7 +148,7 @@ UNKNOWN_SHOWN = 3
 def verdict_lines(d: Diagnosis, lang: str) -> list[str]:
     """With no finding: healthy, unless error-looking lines nobody explained are there — never call a crash healthy."""
     if not d.unclaimed:
-        return [t(lang, "healthy")]
+        return [t(lang, "healthy_parts" if d.input.truncated else "healthy")]
     return [t(lang, "unknown")] + [f"  line {u['line']} (×{u['count']}): {u['example'][:240]}"
                                    for u in d.unclaimed[:UNKNOWN_SHOWN]]
 

@@ -131,7 +131,7 @@ def diagnosis_blocks(d: Diagnosis, diagnosis_id: int | None = None, runbook_url:
     phrased = None
     if not d.findings:
         head, *unknown = verdict_lines(d, lang)
-        emoji = ":grey_question:" if unknown else ":white_check_mark:"
+        emoji = ":grey_question:" if unknown or d.input.truncated else ":white_check_mark:"   # a tick only when all was read
         blocks = [section(f"{emoji} `{_safe(name, 200)}` ({d.input.lines} {t(lang, 'lines')}): {esc(head)}")]
         if unknown:
             blocks.append(section(_code(_safe("\n".join(u.strip() for u in unknown), 2000))))

@@ -75,3 +75,15 @@ def test_facts_only_when_verbose_and_always_in_json(run):
     assert "facts:" not in diagnosis_text(d)
     assert "facts: expected_because=" in diagnosis_text(d, verbose=True)
     assert json.loads(json.dumps(d.to_json_dict()))["findings"][0]["facts"]["socket_interfaces"]
+
+
+def test_a_log_read_only_in_part_is_healthy_only_in_the_parts_read():
+    from bot.render import verdict_lines
+    from bot.slack_blocks import diagnosis_blocks
+    from core.models import Diagnosis, InputInfo
+    whole = Diagnosis(input=InputInfo(name="job.log", bytes=10, lines=3))
+    part = Diagnosis(input=InputInfo(name="job.log", bytes=10, lines=3, truncated=True))
+    assert "looks healthy" in verdict_lines(whole, "en")[0]
+    assert "in the parts read" in verdict_lines(part, "en")[0] and "looks healthy" not in verdict_lines(part, "en")[0]
+    assert "white_check_mark" in json.dumps(diagnosis_blocks(whole)[0])
+    assert "white_check_mark" not in json.dumps(diagnosis_blocks(part)[0])

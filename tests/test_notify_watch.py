@@ -66,8 +66,22 @@ def test_only_failures_and_a_clean_exit_post_nothing_but_a_failed_exit_always_po
     assert "nothing posted" in quiet.stdout and "exit code 0" in clean.stdout
     failed = triage(fake, tmp_path, "notify", "--channel", "C9", "--job", "77", "--exit-code", "137", str(HEALTHY))
     assert failed.returncode == 0
-    head = blocks_of(posts(fake)[0])[0]["elements"][0]["text"]
-    assert head.startswith("Job 77 finished with exit code 137: no known failure in its logs")
+    blocks = blocks_of(posts(fake)[0])
+    head = blocks[0]["elements"][0]["text"]
+    assert head.startswith("Job 77 finished with exit code 137 (SIGKILL: the kernel's OOM killer, or a cancel or time "
+                           "limit that escalated): no known failure in its logs")
+    # a job that exited non-zero never gets the green tick, nor "looks healthy"
+    body = json.dumps(blocks[1:])
+    assert "white_check_mark" not in body and "looks healthy" not in body
+    assert ":x: The job failed with exit code 137 (SIGKILL" in body
+
+
+def test_exit_statuses_name_their_signal_and_plain_codes_stay_plain():
+    from bot.notify import exit_text
+    assert exit_text(143) == " with exit code 143 (SIGTERM: cancelled, preempted or out of time)"
+    assert exit_text(134).endswith("(SIGABRT: aborted, e.g. by the NCCL watchdog)")
+    assert exit_text(1) == " with exit code 1" and exit_text(255) == " with exit code 255"
+    assert "SIGKILL" in exit_text(137, "ko") and "종료 코드 137" in exit_text(137, "ko")
 
 
 def test_notify_bad_input_and_missing_token_are_one_line_and_exit_2(fake, tmp_path):
