@@ -151,6 +151,10 @@ def _text(model: P.Model, args, gpu: str, instance: str | None, need: int, shown
                                                                        f" · ZeRO {row['zero_stage']}")
         mem = (f"; here {row['memory_gib']:g} GiB per GPU{'' if row['fits'] else ', does not fit'}"
                if "memory_gib" in row else "")
+        needed = row.get("zero_stage_needed")
+        if mem and "ep" not in row and needed is not None and needed > row["zero_stage"]:   # the figure is not the row's
+            mem = (f"; here ZeRO {row['zero_stage']} does not fit: {row['memory_gib']:g} GiB per GPU needs ZeRO {needed}"
+                   + ("" if row["fits"] else ", and still does not fit"))
         out.append(f"Seed starting point ({row['source']}, {row['gpus']} GPUs): {layout} — {row['note']}{mem}")
     if all(model.layers % p for p in range(2, model.layers)):
         out.append(f"{model.layers} layers have no divisor: only PP 1 is planned (uneven first and last stages, "

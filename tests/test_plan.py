@@ -277,3 +277,13 @@ def test_a_400_gbps_efa_instance_across_nodes_is_planned_as_a_slow_network():
     assert doc["efa_gbps_per_node"] == 400 and doc["network_planned"] == "slow"
     slow_best = P.candidates(M70, 64, 80, "slow")[0]
     assert (doc["candidates"][0]["tp"], doc["candidates"][0]["pp"]) == (slow_best.tp, slow_best.pp)
+
+
+def test_a_seed_row_whose_figure_needs_more_sharding_says_so():
+    """Issue 30: the seed's 64-GPU rows say ZeRO 1; on 40 GiB GPUs their memory figure holds only with ZeRO 3."""
+    out = subprocess.run([sys.executable, "-m", "bot.cli", "plan", "--params", "70B", "--gpus", "64", "--network",
+                          "slow", "--layers", "80", "--hidden", "8192", "--seq-len", "8192"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60).stdout
+    rows = [ln for ln in out.splitlines() if ln.startswith("Seed starting point")]
+    assert rows and all("ZeRO 1 does not fit" in r and "needs ZeRO 3" in r for r in rows)
+    assert not any(r.endswith("GiB per GPU") for r in rows)
