@@ -63,7 +63,7 @@ def change_text(c: Change, lang: str = "en") -> str:
             text = f"{c.name}: {_plain(c.to)}"
     else:
         text = f"$ {c.name}"
-    if c.note and not (c.note == "remove it" and c.to is None):
+    if c.note and not (c.note in ("remove it", "지우세요") and c.to is None):
         comment.append(c.note)   # a removal already says so
     return text + (f"   # {'; '.join(comment)}" if comment else "")
 
@@ -131,10 +131,10 @@ def finding_text(f: Finding, index: int, lang: str = "en", phrased: dict[str, st
     cause = f" ({t(lang, 'consequence')} {f.caused_by})" if f.caused_by else ""
     name = symptom_name(lang, f.symptom)
     label = f.symptom if name == f.symptom else f"{f.symptom} · {name}"
-    out = [f"{head}  [{f.severity}] {label}{cause}: {finding_title(lang, f)}"]
+    out = [f"{head}  [{t(lang, f.severity)}] {label}{cause}: {finding_title(lang, f)}"]
     if f.evidence:
         out.append(f"  {t(lang, 'evidence')}:")
-        out += [f"    {e.where}: {e.text[:240]}" for e in f.evidence]
+        out += [f"    {e.source or t(lang, 'line_n').format(n=e.line)}: {e.text[:240]}" for e in f.evidence]
     if verbose and (facts := _facts(f)):
         out.append(f"  {t(lang, 'facts')}: {facts}")
     if f.steps and show_steps:

@@ -79,6 +79,7 @@ class Name:
     # (kind, name, job key, value): a setting that must go when this one is set (Megatron asserts on --bf16 beside
     # --fp16); a flag is removed (value None, DESIGN's removal), a config key set to the value
     drop: tuple[str, str, str, Any] | None = None
+    note_ko: str | None = None
 
 
 # concept -> framework -> its name. A framework missing from a concept has no such setting: the engine says so.
@@ -87,14 +88,16 @@ VOCAB: dict[str, dict[str, Name]] = {
         MEGATRON: Name("flag", "--micro-batch-size"),
         DEEPSPEED: Name("config", "train_micro_batch_size_per_gpu"),
         HF: Name("flag", "--per_device_train_batch_size"),
-        LIGHTNING: Name("config", "DataLoader(batch_size=…)", note="the batch size your DataModule gives the DataLoader"),
-        FSDP: Name("config", "DataLoader(batch_size=…)", note="the per-rank batch size"),
+        LIGHTNING: Name("config", "DataLoader(batch_size=…)", note="the batch size your DataModule gives the DataLoader",
+                        note_ko="DataModule이 DataLoader에 주는 배치 크기"),
+        FSDP: Name("config", "DataLoader(batch_size=…)", note="the per-rank batch size", note_ko="rank당 배치 크기"),
     },
     "gradient_accumulation_steps": {   # Megatron has none: it derives the micro-batches per step from --global-batch-size
         DEEPSPEED: Name("config", "gradient_accumulation_steps"),
         HF: Name("flag", "--gradient_accumulation_steps"),
         LIGHTNING: Name("config", "Trainer(accumulate_grad_batches=…)"),
-        FSDP: Name("config", "gradient accumulation steps", note="in your training loop (no_sync() on the inner steps)"),
+        FSDP: Name("config", "gradient accumulation steps", note="in your training loop (no_sync() on the inner steps)",
+                   note_ko="학습 루프에서(안쪽 스텝은 no_sync())"),
     },
     "global_batch_size": {   # the batch one optimizer step sees, across all data-parallel ranks
         MEGATRON: Name("flag", "--global-batch-size"),
@@ -108,7 +111,7 @@ VOCAB: dict[str, dict[str, Name]] = {
         DEEPSPEED: Name("config", "gradient_clipping"),
         HF: Name("flag", "--max_grad_norm"),
         LIGHTNING: Name("config", "Trainer(gradient_clip_val=…)"),
-        FSDP: Name("config", "model.clip_grad_norm_(max_norm)", note="FSDP's own method, not torch.nn.utils'"),
+        FSDP: Name("config", "model.clip_grad_norm_(max_norm)", note="FSDP's own method, not torch.nn.utils'", note_ko="torch.nn.utils의 것이 아닌 FSDP 자체 메서드"),
     },
     "bf16": {
         MEGATRON: Name("flag", "--bf16", drop=("flag", "--fp16", "fp16", None)),
@@ -120,7 +123,8 @@ VOCAB: dict[str, dict[str, Name]] = {
     "recompute_activations": {
         MEGATRON: Name("flag", "--recompute-activations"),
         DEEPSPEED: Name("config", "activation_checkpointing.partition_activations",
-                        note="with deepspeed.checkpointing.checkpoint around the layers"),
+                        note="with deepspeed.checkpointing.checkpoint around the layers",
+                        note_ko="레이어를 deepspeed.checkpointing.checkpoint로 감싸서"),
         HF: Name("flag", "--gradient_checkpointing"),
         LIGHTNING: Name("config", "FSDPStrategy(activation_checkpointing_policy=…)",
                         value=lambda v: "{your transformer block class}" if v is True else v),
@@ -137,10 +141,11 @@ VOCAB: dict[str, dict[str, Name]] = {
     "distributed_timeout": {   # minutes, converted where a framework counts in seconds or takes a timedelta
         MEGATRON: Name("flag", "--distributed-timeout-minutes"),
         HF: Name("flag", "--ddp_timeout", value=lambda v: int(v * 60) if isinstance(v, (int, float)) else v,
-                 note="seconds"),
+                 note="seconds", note_ko="초 단위"),
         DEEPSPEED: Name("config", "deepspeed.init_distributed(timeout=…)", value=lambda v: _minutes(v)),
         LIGHTNING: Name("config", "Trainer(strategy=DDPStrategy(timeout=…))", value=lambda v: _minutes(v),
-                        note="FSDPStrategy and DeepSpeedStrategy take the same timeout="),
+                        note="FSDPStrategy and DeepSpeedStrategy take the same timeout=",
+                        note_ko="FSDPStrategy와 DeepSpeedStrategy도 같은 timeout=을 받습니다"),
         FSDP: Name("config", "dist.init_process_group(timeout=…)", value=lambda v: _minutes(v)),
         TORCH: Name("config", "dist.init_process_group(timeout=…)", value=lambda v: _minutes(v)),
     },
@@ -165,21 +170,38 @@ def detect(seen: set[str]) -> tuple[str | None, str | None]:
     return primary, sharding
 
 
-def name_for(concept: str, primary: str | None, sharding: str | None) -> Name | None:
+_KO = {"not recognised": "로그에서 프레임워크를 알아보지 못함", "drop": "설정돼 있다면 {name}도 빼세요",
+       "megatron_ds": "DeepSpeed JSON에서: 엔진이 {name}이 아니라 이 값을 씁니다",
+       "hf_ds": "DeepSpeed JSON에서: {name}도 같게 맞추거나 JSON을 \"auto\"로 두세요", "ds": "DeepSpeed JSON에서"}
+_EN = {"not recognised": "framework not recognised in the log", "drop": "and drop {name} if it is set",
+       "megatron_ds": "the DeepSpeed JSON: its engine applies this, not {name}",
+       "hf_ds": "the DeepSpeed JSON; keep {name} in step or leave the JSON at \"auto\"", "ds": "the DeepSpeed JSON"}
+
+
+def phrase(key: str, lang: str = "en", **kw: str) -> str:
+    """A note the engine composes (framework not shown, a setting to drop), in the answer's language."""
+    return (_KO if lang == "ko" else _EN)[key].format(**kw)
+
+
+def name_for(concept: str, primary: str | None, sharding: str | None, lang: str = "en") -> Name | None:
     """The job's own name for a concept, or None when its framework has no such setting. Sharding follows the engine
     that shards (an HF Trainer job on DeepSpeed shards with ZeRO); everything else follows the primary framework.
-    An unrecognised framework gets Megatron's name with the others in the note."""
+    An unrecognised framework gets plain torch's name where there is one (else Megatron's), every other in the note.
+    Notes come in the answer's language (`note_ko` in Korean)."""
     table = VOCAB[concept]
     fw = (sharding or primary) if concept == "shard_optimizer" else primary
+
+    def own_note(n: Name) -> str | None:
+        return n.note_ko if lang == "ko" and n.note_ko else n.note
     if sharding == DEEPSPEED and concept in DS_OWNED and fw in (MEGATRON, HF):
         ds = table[DEEPSPEED]
-        why = (f"the DeepSpeed JSON: its engine applies this, not {table[fw].name}" if fw == MEGATRON else
-               f"the DeepSpeed JSON; keep {table[fw].name} in step or leave the JSON at \"auto\"")
-        return Name(ds.kind, ds.name, ds.value, "; ".join(x for x in (ds.note, why) if x), ds.drop)
+        why = phrase("megatron_ds" if fw == MEGATRON else "hf_ds", lang, name=table[fw].name)
+        return Name(ds.kind, ds.name, ds.value, "; ".join(x for x in (own_note(ds), why) if x), ds.drop)
     if fw is None:
         key = TORCH if TORCH in table else MEGATRON if MEGATRON in table else next(iter(table))
         base = table[key]
         others = "; ".join(f"{LABELS[f]}: {n.name}" for f, n in table.items() if f != key and n.name != base.name)
         return Name(base.kind, base.name, base.value,
-                    "; ".join(x for x in ("framework not recognised in the log", others) if x), base.drop)
-    return table.get(fw)
+                    "; ".join(x for x in (phrase("not recognised", lang), others) if x), base.drop)
+    n = table.get(fw)
+    return None if n is None else Name(n.kind, n.name, n.value, own_note(n), n.drop)

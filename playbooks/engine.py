@@ -132,7 +132,7 @@ def derived_job(job: dict[str, Any]) -> dict[str, Any]:
 def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], books: list[Book],
               lang: str = "en") -> list[Step]:
     scope = {"facts": finding.facts, "job": derived_job(job), "versions": versions, "rule": finding.rule,
-             "symptom": finding.symptom, "version_rules": V.evaluate(versions)}
+             "symptom": finding.symptom, "version_rules": V.evaluate(versions), "lang": lang}
     steps: list[Step] = []
     seen: set[str] = set()
     given: set[tuple] = set()   # changes an earlier step of this answer already recommends
@@ -238,28 +238,29 @@ def _changes(c: dict[str, Any], scope: dict[str, Any]) -> list[Change]:
     a raw name (a DeepSpeed key on a job without DeepSpeed); a setting in its framework's name and units, with the
     setting it displaces removed where the log shows it (Megatron's --fp16 when --bf16 goes in)."""
     to, from_ = _value(c["to"], scope), _value(c["from_"], scope)
-    job = scope["job"]
+    job, lang = scope["job"], scope.get("lang", "en")
+    spec_note = c["note_ko"] if lang == "ko" and c.get("note_ko") else c["note"]
     if c["kind"] != "setting":
         owner = FW.owner_of(c["kind"], c["name"])
         if owner is not None and not FW.shows(job, owner):
             return []
         sep = "," if c["kind"] == "command" else ", "   # a command takes a list as one word (nodename=a,b)
-        note = _fill(c["note"], scope, sep) if c["note"] else None
+        note = _fill(spec_note, scope, sep) if spec_note else None
         return [Change(kind=c["kind"], name=_fill(c["name"], scope, sep), to=to, from_=from_, note=note)]
-    own = FW.name_for(c["name"], job.get("framework"), job.get("sharding_engine"))
+    own = FW.name_for(c["name"], job.get("framework"), job.get("sharding_engine"), lang)
     if own is None:
         return []   # this framework has no such setting
     if own.value is not None:
         to = own.value(to)
         from_ = None if from_ is None or isinstance(from_, bool) else own.value(from_)   # a generic on/off is not the framework's literal
     out = [Change(kind=own.kind, name=own.name, to=to, from_=from_,
-                  note="; ".join(n for n in (c["note"], own.note) if n) or None)]
+                  note="; ".join(n for n in (spec_note, own.note) if n) or None)]
     if own.drop and to is True:
         kind, name, key, value = own.drop
         if job.get(key) is True:
             out.append(Change(kind=kind, name=name, to=value, from_=True, note=None if value is not None else "remove it"))
         else:
-            out[0].note = "; ".join(n for n in (out[0].note, f"and drop {name} if it is set") if n)
+            out[0].note = "; ".join(n for n in (out[0].note, FW.phrase("drop", lang, name=name)) if n)
     return out
 
 

@@ -56,6 +56,7 @@ class ChangeSpec(_M):
     to: Scalar | Compute | None = None
     from_: Scalar | Compute | None = Field(default=None, alias="from")
     note: str | None = None
+    note_ko: str | None = None
     when: list[Condition] = []
 
 
