@@ -272,6 +272,7 @@ def _jobs(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="triage", description="Triage distributed-training logs (PyTorch, NCCL, EFA).")
+    p.add_argument("--version", action="version", version=f"triage {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("diagnose", help="diagnose log files, directories, archives or stdin ('-')",
                        description="Name the root cause of a failed or slow training job from its log, with the "
@@ -286,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--record", action="store_true", help="also store the diagnosis in TRIAGE_DB (for reports)")
     d.add_argument("--lang", choices=("en", "ko"), default="en", help="language of the answer")
     d.add_argument("-v", "--verbose", action="store_true", help="also print the facts each finding was built from")
+    d.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour the text: auto (on a terminal, unless NO_COLOR is set), always, never")
     d.add_argument("--llm", action="store_true", help="phrase the answer with TRIAGE_LLM (checked by the guard)")
     d.add_argument("--job", help="with --record: a job name to group diagnoses by")
     d.add_argument("--together", action="store_true",
@@ -330,6 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_watch(sub)
     add_rules(sub)
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("train-triage")
+    except PackageNotFoundError:   # run from a checkout without installing
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

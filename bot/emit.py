@@ -46,7 +46,9 @@ class Emitter:
                                    "answer": phrasing.answer.model_dump() if phrasing.answer else None}
             print(json_safe(json.dumps(doc, ensure_ascii=False)))
         else:
-            print(terminal_safe(diagnosis_text(d, args.lang, phrasing, verbose=getattr(args, "verbose", False))))
+            from bot.terminal import for_terminal
+            text = terminal_safe(diagnosis_text(d, args.lang, phrasing, verbose=getattr(args, "verbose", False)))
+            print(for_terminal(text, getattr(args, "color", "auto")), end="")
             if fix is not None:
                 print(terminal_safe(_fix_text(fix, args.config)))
         sys.stdout.flush()
