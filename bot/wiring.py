@@ -11,6 +11,24 @@ def engine(settings):
     return Engine(books, settings.parser_options(), settings.scan_backend, settings.cache_dir / "scanner")
 
 
+def recognised(engine, line: str) -> str | None:
+    """The symptom today's engine finds in this one line alone, or None: an 'unrecognised' line recorded before a
+    parser or rule learnt it is not unrecognised any more."""
+    from core.ingest import from_bytes
+    try:
+        d = engine.diagnose(from_bytes(line.encode("utf-8", "replace") + b"\n", "line"))
+    except Exception:   # (an unusable line: nothing claims it)
+        return None
+    return d.findings[0].symptom if d.findings else None
+
+
+def builtin_engine():
+    """The engine with the built-in playbooks and readers only (no settings needed)."""
+    from engine import Engine
+    from playbooks.engine import load
+    return Engine(load())
+
+
 def store(settings):
     from bot.store import Store
     return Store(settings.db)

@@ -20,6 +20,7 @@ HARDWARE = "hardware"   # a host named in it is a drain candidate after one inci
 TRAINING = "training"   # counted per job in the loss section
 ROUTING = "routing"     # plotted over time in the MoE section
 THROUGHPUT = "throughput"   # listed per job over time, with its key number, in the throughput section
+CONFIGURATION = "configuration"   # a setting or an install to fix: the hosts it names are never drain candidates
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +63,11 @@ _REGISTRY: tuple[Symptom, ...] = (
     Symptom("tcp_fallback", "efa", "error", 8, "TCP sockets instead of EFA/IB", "EFA/IB 대신 TCP 소켓으로 통신",
             ("expected_because", "fabric", "net_plugin_missing", F.SOCKET_HOSTS, "socket_interfaces", "rdma_hosts"),
             causes=("efa_provider_missing", "version_mismatch"),
-            host_facts={F.SOCKET_HOSTS: F.ROLE_TCP_FALLBACK}),
+            host_facts={F.SOCKET_HOSTS: F.ROLE_TCP_FALLBACK}, report=CONFIGURATION),
     Symptom("efa_provider_missing", "efa", "critical", 4, "No EFA provider in libfabric",
-            "libfabric에 EFA provider 없음", ("count",)),
+            "libfabric에 EFA provider 없음", ("count",), report=CONFIGURATION),
     Symptom("fork_enomem", "efa", "critical", 6, "fork() could not allocate memory", "fork() 메모리 할당 실패",
-            ("count", "fork_seen")),
+            ("count", "fork_seen"), report=CONFIGURATION),
     Symptom("loss_spike", "convergence", "warning", 11, "Loss spike", "loss 스파이크",
             ("epoch", "grad_norm_at_spike", "grad_norm_before", "iteration", "line", "loss_at_spike", "loss_before",
              "peak_epoch", "peak_iteration", "peak_loss", "ratio", "recovered", "spikes"), report=TRAINING),
@@ -81,7 +82,8 @@ _REGISTRY: tuple[Symptom, ...] = (
              "expected_links"), report=HARDWARE),
     Symptom("version_mismatch", "versions", "critical", 2, "Version mismatch", "버전 불일치",
             ("differing", "driver_supports_cuda", "missing", "cuda_detected", "cuda_torch_built", "driver",
-             "driver_cuda", "cuda", "nccl", "torch", "libfabric", "aws_ofi_nccl", "option", "library")),
+             "driver_cuda", "cuda", "nccl", "torch", "libfabric", "aws_ofi_nccl", "option", "library"),
+            report=CONFIGURATION),
     Symptom("moe_imbalance", "moe", "warning", 12, "MoE expert load imbalance", "MoE expert 부하 불균형",
             ("cold_experts", F.DROP_RATE, "expert_counts", "hot_experts", "imbalanced_observations",
              F.MAX_DEVIATION, "max_min_ratio", "observations", "routing_metric", "routing_value"), report=ROUTING),

@@ -328,3 +328,53 @@ def test_report_lists_efa_channels_without_gpudirect_rdma(tmp_path, run):
     assert got[("job-g", "slow_comm")] == ("EFA channels without GPUDirect RDMA", 5)
     md = (tmp_path / "out" / "report.md").read_text()
     assert "EFA channels without GPUDirect RDMA 5" in md and "None" not in md
+
+
+def test_configuration_hosts_are_not_drain_candidates_and_hardware_hosts_are(tmp_path, run):
+    """Issue 30: a host named by two socket fallbacks has a setting to fix, not a node to drain."""
+    store = Store(tmp_path / "c.db")
+    tcp = (F / "tcp_fallback/env_dump.log").read_bytes()
+    for i in range(2):
+        store.record(run(tcp, "t.log"), tcp, source="cli", job_key=f"t{i}",
+                     at=(NOW - timedelta(days=1 + i)).isoformat(timespec="seconds"))
+    xid = (F / "gpu_xid/xid79.log").read_bytes()
+    store.record(run(xid, "x.log"), xid, source="cli", job_key="x", at=(NOW - timedelta(days=1)).isoformat())
+    from bot.report.data import CONFIGURATION, build
+    assert "tcp_fallback" in CONFIGURATION and "gpu_xid" not in CONFIGURATION
+    r = build(store, NOW - timedelta(days=7), NOW)
+    assert r.nodes and all(set(n["symptoms"]) == {"gpu_xid"} for n in r.nodes)
+
+
+def test_versions_equal_in_value_are_no_drift():
+    from bot.report.data import ReportData
+    from bot.report.markdown import render
+    r = ReportData(NOW - timedelta(days=7), NOW)
+    r.versions = {"libfabric": {"1.18": [1], "1.18.0": [2]}, "nccl": {"2.21.5": [1], "2.23.4": [2]}}
+    text = render(r, [])
+    assert "- libfabric: " in text and "- libfabric **drift**" not in text and "- nccl **drift**: " in text
+
+
+def test_every_symptom_has_its_own_chart_colour():
+    from bot.report.charts import symptom_colour
+    from core import symptoms as S
+    assert len({symptom_colour(s) for s in S.ids()}) == len(S.ids())
+
+
+def test_a_line_todays_readers_recognise_is_not_listed_unrecognised_nor_made_a_rule(tmp_path, run):
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "79.11 GiB of which 1.06 GiB is free.")
+    store = Store(tmp_path / "u.db")
+    ck = "RuntimeError: Checkpoint shard 17 failed to load from /fsx/ckpt/step_1200/shard_17.pt\n"
+    did = store.record(run(ck, "k.log"), ck.encode(), source="cli", job_key="k", at=(NOW - timedelta(days=1)).isoformat())
+    # a row recorded before a parser learnt the line (written as an older version would have)
+    store.db["unclaimed"].insert({**next(store.db.query("select * from unclaimed")), "template": oom,
+                                  "example": oom, "diagnosis_id": did})
+    from bot.report.data import build
+    r = build(store, NOW - timedelta(days=7), NOW)
+    assert [u for u in r.unclaimed if "Checkpoint shard" in u["template"]]
+    assert not [u for u in r.unclaimed if "out of memory" in u["template"]]
+    uid = next(store.db.query("select rowid from unclaimed where template = ?", [oom]))["rowid"]
+    out = subprocess.run([sys.executable, "-m", "bot.cli", "rules", "new", "--from-unclaimed", str(uid)], cwd=ROOT,
+                         capture_output=True, text=True, env={**os.environ, "TRIAGE_DB": str(tmp_path / "u.db"),
+                                                              "TRIAGE_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 2 and "recognised now (as cuda_oom)" in out.stderr and out.stdout == ""

@@ -16,6 +16,16 @@ def _plt():
     return plt
 
 
+def symptom_colour(symptom: str):
+    """One colour per symptom, the same in every report: its place in the registry picks from 40 distinct colours
+    (tab20, then tab20b), so no two of the built-in symptoms share one."""
+    import matplotlib
+    from core import symptoms as S
+    ids = S.ids()
+    i = ids.index(symptom) if symptom in ids else len(ids) + sum(map(ord, symptom))
+    return matplotlib.colormaps["tab20" if i % 40 < 20 else "tab20b"](i % 20)
+
+
 def incidents_by_day(r: ReportData, path: Path) -> Path | None:
     if not r.by_day:
         return None
@@ -30,7 +40,7 @@ def incidents_by_day(r: ReportData, path: Path) -> Path | None:
     bottom = [0] * len(days)
     for s in symptoms:
         vals = [r.by_day.get(d, {}).get(s, 0) for d in days]
-        ax.bar(days, vals, bottom=bottom, label=s)
+        ax.bar(days, vals, bottom=bottom, label=s, color=symptom_colour(s))
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_title("Incidents by root cause per day")
     ax.set_ylabel("diagnoses")

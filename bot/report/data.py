@@ -23,6 +23,7 @@ HARDWARE = S.in_group(S.HARDWARE)
 TRAINING = S.in_group(S.TRAINING)
 ROUTING = S.in_group(S.ROUTING)
 THROUGHPUT = S.in_group(S.THROUGHPUT)
+CONFIGURATION = S.in_group(S.CONFIGURATION)
 # the one number that says how slow, per throughput symptom: (fact, label)
 _SLOW_MEASURE = (("mfu_pct", "MFU %"), ("util_pct", "GPU util %"), ("ratio_pct", "busbw % of expected"),
                  ("comm_share_pct", "NCCL % of CUDA time"), ("input_share_pct", "input % of step"),
@@ -126,6 +127,8 @@ def _root_causes(r: ReportData, store: Store, ids: list[int]) -> None:
 def _nodes(r: ReportData, store: Store, ids: list[int]) -> None:
     hosts: dict[str, dict[str, Any]] = {}
     for n in store.db.query(f"select * from nodes where diagnosis_id in ({_in(ids)})"):
+        if n["symptom"] in CONFIGURATION:
+            continue   # a setting or an install to fix on every node: draining one would not help
         h = hosts.setdefault(n["host"], {"host": n["host"], "ids": set(), "symptoms": Counter(), "roles": set()})
         h["ids"].add(n["diagnosis_id"])
         h["symptoms"][n["symptom"]] += 1
@@ -223,11 +226,18 @@ def _benchmarks(r: ReportData, store: Store, ids: list[int]) -> None:
 
 
 def _unclaimed(r: ReportData, store: Store, ids: list[int]) -> None:
-    r.unclaimed = list(store.db.query(
+    """The unrecognised error lines of the period, less those today's readers recognise (recorded before a parser
+    learnt them)."""
+    rows = list(store.db.query(
         f"select min(rowid) as uid, template, sum(count) as lines, count(distinct diagnosis_id) as diagnoses, "
         f"min(example) as example, "
         f"group_concat(distinct diagnosis_id) as ids from unclaimed where diagnosis_id in ({_in(ids)}) "
-        f"group by template order by diagnoses desc, lines desc limit 15"))
+        f"group by template order by diagnoses desc, lines desc limit 30"))
+    if rows:
+        from bot.wiring import builtin_engine, recognised
+        engine = builtin_engine()
+        rows = [u for u in rows if recognised(engine, str(u["example"])) is None]
+    r.unclaimed = rows[:15]
 
 
 def _feedback(r: ReportData, rows: list[dict]) -> None:

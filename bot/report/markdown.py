@@ -5,6 +5,7 @@ from pathlib import Path
 
 from bot.report.data import ReportData
 from core import facts as F
+from core import versions as V
 from core.templates import shorten
 
 
@@ -54,7 +55,8 @@ def render(r: ReportData, charts: list[Path]) -> str:
     if r.versions:
         out += ["## Versions seen", ""]
         for comp, vals in r.versions.items():
-            drift = " **drift**" if len(vals) > 1 and comp in ("nccl", "aws_ofi_nccl", "libfabric", "torch", "driver") else ""
+            distinct = {V.parse(v) for v in vals}   # 1.18 and 1.18.0 are one version
+            drift = " **drift**" if len(distinct) > 1 and comp in ("nccl", "aws_ofi_nccl", "libfabric", "torch", "driver") else ""
             out.append(f"- {comp}{drift}: " + "; ".join(f"{v} ({_ids(ids, 4)})" for v, ids in sorted(vals.items())))
         out += [f"- ⚠ {w['text']} ({_ids(w['ids'])})" for w in r.version_warnings]
         out.append("")
