@@ -34,7 +34,7 @@ _MEGATRON_FLAGS = frozenset({
     "--moe-aux-loss-coeff", "--moe-expert-capacity-factor", "--overlap-grad-reduce", "--pipeline-model-parallel-size",
     "--rampup-batch-size", "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
     "--straggler-minmax-count", "--tensor-model-parallel-size", "--use-distributed-optimizer",
-    "--virtual-pipeline-model-parallel-size"})
+    "--virtual-pipeline-model-parallel-size", "--optimizer-cpu-offload", "--use-precision-aware-optimizer"})
 # Literal text of a container runtime in a log (a launcher line, an image, a runtime's own message).
 CONTAINER_SIGNS = ("docker", "Docker", "enroot", "pyxis", "apptainer", "Apptainer",
                    "singularity", "Singularity", "/.dockerenv", "kubernetes", "kubectl", "containerd", "podman")

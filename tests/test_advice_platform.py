@@ -107,7 +107,8 @@ def test_every_nccl_tests_command_runs_under_a_launcher(books):
     with srun (and names mpirun in its note)."""
     perf = [c for b in books for st in b.playbook["steps"] for c in st["changes"]
             if c["kind"] == "command" and "_perf " in c["name"]]
-    assert perf and all(c["name"].startswith("srun ") and "mpirun" in (c["note"] or "") for c in perf)
+    assert perf and all(c["name"].split("srun ")[0].count("=") <= 1 and "srun --mpi=pmix --cpu-bind=cores " in c["name"]
+                        and "mpirun" in (c["note"] or "") for c in perf)
 
 
 def test_a_hangs_node_test_pairs_the_lagging_host_with_a_healthy_one(run):
@@ -117,5 +118,14 @@ def test_a_hangs_node_test_pairs_the_lagging_host_with_a_healthy_one(run):
             "p5-st-2:2:2 [1] NCCL INFO comm 0x2 rank 3 nranks 4 cudaDev 1 busId 64000 - Init COMPLETE\n"
             + TIMEOUT.replace("[rank1]", "[rank0]").replace("[Rank 1]", "[Rank 0]") + lag)
     cmds = [c for s in d.findings[0].steps for c in s.changes if "all_reduce_perf" in c.name]
-    assert cmds and cmds[0].name.startswith("srun -w p5-st-2,<healthy node> ")
+    assert cmds and cmds[0].name.startswith("srun --mpi=pmix --cpu-bind=cores -w p5-st-2,<healthy node> ")
     assert "mpirun -np 16 -H p5-st-2:8," in cmds[0].note
+
+
+def test_a_p5_answer_names_no_p4d_default(run):
+    d = run("h1:7:7 [0] NCCL INFO NCCL_MIN_NCHANNELS set by environment to 32\n" + TCP)
+    texts = " ".join(s.text for s in d.findings[0].steps)
+    assert "NCCL_MIN_NCHANNELS" in " ".join(c.name for s in d.findings[0].steps for c in s.changes)
+    assert "p4d" not in texts
+    d = run("h1:7:7 [0] NCCL INFO NCCL_MIN_NCHANNELS set by environment to 32\n" + TCP.replace("p5.48xlarge", "p4d.24xlarge"))
+    assert "NCCL's default (8 on p4d)" in " ".join(s.text for s in d.findings[0].steps)

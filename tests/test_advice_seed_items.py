@@ -55,3 +55,34 @@ def test_tcp_fallback_checks_the_stack_and_the_provider(run):
     names = [c.name for s in d.findings[0].steps for c in s.changes]
     assert "fi_info -p efa" in names and "fi_info --version" in names
     assert names.count("fi_info -p efa") == 1
+
+
+def test_megatron_oom_ladder_ends_in_cpu_offload(run):
+    """Seed 000 §1.3's ladder ends in ZeRO-3 + offload; Megatron's counterpart is its CPU optimizer on top of the
+    distributed optimizer, after the sharding and model-parallel rungs (issue 30)."""
+    from conftest import ROOT
+    d = run((ROOT / "examples" / "p5-megatron-oom.log").read_text())
+    ids = [s.id for s in d.findings[0].steps if not s.cleanup]
+    assert ids[-1] == "cuda_oom.zero3_offload"
+    assert ids.index("cuda_oom.zero2") < ids.index("cuda_oom.tensor_parallel") < ids.index("cuda_oom.zero3_offload")
+    last = d.findings[0].steps[ids.index("cuda_oom.zero3_offload")]
+    assert {c.name for c in last.changes} >= {"--optimizer-cpu-offload", "--use-precision-aware-optimizer"}
+    assert not any(c.name.startswith("zero_optimization") for s in d.findings[0].steps for c in s.changes)
+
+
+def test_slow_nccl_tests_get_the_seeds_bottleneck_experiments_as_single_runs(run):
+    """Seed 000 §1.4: algorithm and protocol are Auto by default and forced only as experiments; on HyperPod Slurm,
+    launch with --mpi=pmix and --cpu-bind=cores (issue 30). The experiments set the variable for one nccl-tests run,
+    never for the job."""
+    head = "#  Rank  0 Group  0 Pid   1 on  p5-st-1 device  0 [0x53] NVIDIA H100 80GB HBM3\n"
+    rows = "".join(f"  {size:>12}  {size // 4:>12}     float     sum      -1   {t:>8}   {a:>6}  {b:>6}      0\n"
+                   for size, t, a, b in ((67108864, "2000.1", "33.55", "62.91"), (1073741824, "29000", "37.03", "69.42")))
+    d = run("p5-st-1:1:1 [0] NCCL INFO NET/OFI Running on p5.48xlarge platform\n"
+            "#  nThread 1 nGpus 1 minBytes 67108864 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20\n"
+            + head + head.replace("p5-st-1", "p5-st-2").replace("Rank  0", "Rank  8") + rows)
+    f = d.findings[0]
+    assert f.symptom == "slow_comm"
+    step = next(s for s in f.steps if s.id == "slow_comm.nccl_experiments")
+    assert [c.name.split(" srun ")[0] for c in step.changes] == ["NCCL_ALGO=Ring", "NCCL_PROTO=Simple"]
+    assert all(c.kind == "command" and "--mpi=pmix --cpu-bind=cores" in c.name for c in step.changes)
+    assert not any(c.kind == "env" and c.name in ("NCCL_ALGO", "NCCL_PROTO") for s in f.steps for c in s.changes)
