@@ -148,11 +148,12 @@ def _training(r: ReportData, names: set[str] = frozenset()) -> list[str]:
 
 
 def summary(r: ReportData) -> str:
-    """The short Slack message that goes with the files."""
-    top = ", ".join(f"{s} {n}" for s, n in r.by_symptom.most_common(3)) or "none"
+    """The short Slack message that goes with the files (mrkdwn: what came from a log is escaped)."""
+    from bot.slack_blocks import esc
+    top = esc(", ".join(f"{s} {n}" for s, n in r.by_symptom.most_common(3)) or "none")
     lines = [f":bar_chart: *Weekly tuning report* — {r.total} diagnoses ({_delta(r.total, r.previous_total)} vs the "
              f"previous period). Top: {top}."]
-    lines += [f"• {t['text']} ({t['evidence']})" for t in r.tune_next[:3]]
+    lines += [f"• {esc(t['text'])} ({esc(str(t['evidence']))})" for t in r.tune_next[:3]]
     return "\n".join(lines)
 
 
