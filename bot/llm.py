@@ -96,7 +96,7 @@ def payload(d: Diagnosis, runbook: Runbook, masker: Masker) -> tuple[dict[str, A
                          "evidence": [f"{e.where}: {e.text}" for e in f.evidence]}
                         for i, f in enumerate(d.findings, 1)],
            "steps": steps}
-    masked_doc = json.loads(masker.mask(json.dumps(doc, ensure_ascii=False)))
+    masked_doc = masker.mask_value(doc)
     masked_material = masker.mask("\n".join(material))
     values: dict[str, set[str]] = {}
     for f in d.findings:

@@ -26,6 +26,9 @@ def render(r: ReportData, charts: list[Path]) -> str:
     span = f"{r.since:%Y-%m-%d %H:%M} – {r.until:%Y-%m-%d %H:%M} UTC"
     out = ["# Train Triage weekly tuning report", "", f"Period: {span}. Diagnoses: {r.total} "
            f"(previous period: {r.previous_total}, {_delta(r.total, r.previous_total)}).", ""]
+    if r.unreadable:
+        out += [f"Note: {len(r.unreadable)} stored diagnosis(es) could not be read and are left out of the sections "
+                f"below ({_ids(r.unreadable)}).", ""]
     if r.tune_next:
         out += ["## Tune this next", ""]
         out += [f"{i}. {t['text']} — evidence: {t['evidence']} ({_ids(t['ids'])})" for i, t in enumerate(r.tune_next[:10], 1)]
