@@ -93,6 +93,9 @@ def _inputs(paths: list[tuple[str, str]], max_bytes: int):
         except UnusableInput as e:
             print(f"triage: {e}", file=sys.stderr)
             yield None, None
+        except OSError as e:   # the first read failed (EIO): one line, exit code 2, the other files still read
+            print(terminal_safe(f"triage: {name}: cannot read ({e.strerror or type(e).__name__})"), file=sys.stderr)
+            yield None, None
 
 
 def _joined(paths: list[tuple[str, str]], max_bytes: int, label: str | None = None):
