@@ -216,7 +216,12 @@ def cmd_report(args, settings: Settings) -> int:
     except ValueError as e:
         print(f"triage: {e}", file=sys.stderr)
         return 2
-    rep = report.make(_store(settings), since, until, Path(args.out))
+    try:
+        rep = report.make(_store(settings), since, until, Path(args.out))
+    except OSError as e:   # --out names a file, an unwritable place, a full disk
+        print(f"triage: --out {args.out}: cannot write the report there ({e.strerror or type(e).__name__})",
+              file=sys.stderr)
+        return 2
     print(f"wrote {rep.markdown_path} and {len(rep.charts)} chart(s): {rep.data.total} diagnoses")
     if args.post:
         from bot.wiring import slack_client

@@ -36,7 +36,10 @@ def parse_since(text: str, now: datetime) -> datetime:
     m = re.fullmatch(r"(\d+)\s*([hdw])", text.strip())
     if m:
         n, unit = int(m.group(1)), m.group(2)
-        return now - {"h": timedelta(hours=n), "d": timedelta(days=n), "w": timedelta(weeks=n)}[unit]
+        try:
+            return now - {"h": timedelta(hours=n), "d": timedelta(days=n), "w": timedelta(weeks=n)}[unit]
+        except (OverflowError, ValueError):
+            raise ValueError(f"'{text}' reaches back before the year 1; use a shorter span or a date") from None
     return parse_date(text)
 
 
