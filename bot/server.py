@@ -64,7 +64,10 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
             try:
                 req = BoltRequest(body=body.decode("utf-8", errors="replace"), query=parsed.query,
                                   headers={k.lower(): [v] for k, v in self.headers.items()})
-            except (ValueError, TypeError, KeyError):
+            except (ValueError, TypeError, KeyError, AttributeError):   # Bolt reads a JSON body as an object
+                self._send(400, b"malformed request body")
+                return
+            if not isinstance(req.body, dict):   # signed but not an object ([1], "x", null): Slack never sends one
                 self._send(400, b"malformed request body")
                 return
             early = verifier is not None and req.body.get("type") == "event_callback"
@@ -87,10 +90,11 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
 
 
 def _read_body(handler) -> bytes | None:
-    """The request body, or None after answering: a length that is missing, negative or over the cap, a
-    chunked body, or a client that stops sending."""
+    """The request body, or None after answering: a length that is missing, negative, not ASCII digits ('²' is a
+    digit to str.isdigit) or over the cap, a chunked body, or a client that stops sending."""
     raw = handler.headers.get("Content-Length")
-    if handler.headers.get("Transfer-Encoding") or raw is None or not raw.strip().isdigit():
+    digits = (raw or "").strip()
+    if handler.headers.get("Transfer-Encoding") or raw is None or not (digits.isascii() and digits.isdigit()):
         handler.close_connection = True
         handler._send(411 if raw is None else 400, b"a Content-Length is required")
         return None
