@@ -42,7 +42,7 @@ class Source:
         size = _size(self.stream)
         if head[:2] != b"\x1f\x8b" and head[:4] != b"PK\x03\x04" and size is not None and size > self.max_bytes:
             _check_text(head, self.name)
-            yield from self._head_and_tail(size)
+            yield from _drop_nul(self._head_and_tail(size), self)
             return
         blocks: Iterator[bytes] = raw.blocks()
         if head[:2] == b"\x1f\x8b":
@@ -56,10 +56,10 @@ class Source:
         _check_text(head, self.name)
         key = _json_log_key(head)
         if key is None:
-            yield from _dedent(_align(_cap(blocks, self), self))
+            yield from _dedent(_drop_nul(_align(_cap(blocks, self), self), self))
             return
         self.notes.append(f'read the "{key}" field of each JSON line (container or log-shipper format)')
-        yield from _unwrap_json(_align(_cap(blocks, self), self), key)
+        yield from _unwrap_json(_drop_nul(_align(_cap(blocks, self), self), self), key)
 
 
     def _head_and_tail(self, size: int) -> Iterator[bytes | int]:
@@ -156,11 +156,11 @@ class _Raw:
 def json_line(raw: bytes | str):
     """A JSON value from one log line, or None: not JSON, or nested deeper than MAX_JSON_DEPTH (read as text)."""
     import json
-    opens = raw.count(b"[" if isinstance(raw, bytes) else "[") + raw.count(b"{" if isinstance(raw, bytes) else "{")
-    if opens > MAX_JSON_DEPTH and _depth(raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")) > MAX_JSON_DEPTH:
+    b = raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
+    if b.count(b"[") + b.count(b"{") > MAX_JSON_DEPTH and _depth(b) > MAX_JSON_DEPTH:
         return None
     try:
-        return json.loads(raw)
+        return json.loads(b)
     except (ValueError, RecursionError):
         return None
 
@@ -169,13 +169,10 @@ def _depth(raw: bytes) -> int:
     """How deep brackets nest in a JSON text, strings skipped."""
     import re
     depth = deepest = 0
-    for m in re.finditer(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', raw):
+    for m in re.finditer(rb'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]', raw):
         c = m.group(0)
-        if c in (b"[", b"{"):
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c in (b"]", b"}"):
-            depth -= 1
+        depth += 1 if c in (b"[", b"{") else -1 if c in (b"]", b"}") else 0
+        deepest = max(deepest, depth)
     return deepest
 
 
@@ -299,6 +296,21 @@ def _unwrap_json(chunks: Iterator[bytes], key: str) -> Iterator[bytes]:
                     line = obj[key].rstrip("\r\n").replace("\r", "").replace("\n", " ").encode("utf-8", "replace")
             out.append(line)
         yield b"\n".join(out)
+
+
+def _drop_nul(chunks: Iterator, src: Source) -> Iterator:
+    """NUL bytes past the head are a hole in the file (a node that crashed with the log's last block allocated but
+    unwritten, a preallocated file): dropped, so the line after the hole reads as its text, not as NUL escapes.
+    Line numbers do not change (no newline is added or removed); a note says how many were dropped."""
+    dropped = 0
+    for chunk in chunks:
+        if isinstance(chunk, bytes) and b"\x00" in chunk:
+            before = len(chunk)
+            chunk = chunk.replace(b"\x00", b"")
+            dropped += before - len(chunk)
+        yield chunk
+    if dropped:
+        src.notes.append(f"{src.name}: dropped {dropped} NUL bytes (a hole in the file, e.g. after a node crash)")
 
 
 def _cap(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:
