@@ -347,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "job", None) and not getattr(args, "record", False):
         parser.error("--job names the job a stored diagnosis belongs to: use it with --record")
+    from bot.terminal import SafeStderr
+    stderr, sys.stderr = sys.stderr, SafeStderr(sys.stderr)   # names and notes on stderr never drive the terminal
     try:
         settings = Settings.from_env()
         return args.func(args, settings)
@@ -357,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    finally:
+        sys.stderr = stderr
 
 
 if __name__ == "__main__":
