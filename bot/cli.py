@@ -93,6 +93,9 @@ def _inputs(paths: list[tuple[str, str]], max_bytes: int):
         except UnusableInput as e:
             print(f"triage: {e}", file=sys.stderr)
             yield None, None
+        except OSError as e:   # the first read failed (EIO): one line, exit code 2, the other files still read
+            print(terminal_safe(f"triage: {name}: cannot read ({e.strerror or type(e).__name__})"), file=sys.stderr)
+            yield None, None
 
 
 def _joined(paths: list[tuple[str, str]], max_bytes: int, label: str | None = None):
@@ -213,7 +216,12 @@ def cmd_report(args, settings: Settings) -> int:
     except ValueError as e:
         print(f"triage: {e}", file=sys.stderr)
         return 2
-    rep = report.make(_store(settings), since, until, Path(args.out))
+    try:
+        rep = report.make(_store(settings), since, until, Path(args.out))
+    except OSError as e:   # --out names a file, an unwritable place, a full disk
+        print(f"triage: --out {args.out}: cannot write the report there ({e.strerror or type(e).__name__})",
+              file=sys.stderr)
+        return 2
     print(f"wrote {rep.markdown_path} and {len(rep.charts)} chart(s): {rep.data.total} diagnoses")
     if args.post:
         from bot.wiring import slack_client
@@ -351,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "job", None) and not getattr(args, "record", False):
         parser.error("--job names the job a stored diagnosis belongs to: use it with --record")
+    from bot.terminal import SafeStderr
+    stderr, sys.stderr = sys.stderr, SafeStderr(sys.stderr)   # names and notes on stderr never drive the terminal
     try:
         settings = Settings.from_env()
         return args.func(args, settings)
@@ -361,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    finally:
+        sys.stderr = stderr
 
 
 if __name__ == "__main__":

@@ -16,10 +16,13 @@ def feedback_cases(store: "Store", since: datetime | None = None) -> Iterator[di
     if since is not None:
         where += " and created_at >= ?"
         params.append(since.isoformat())
+    from bot.store import load_doc
     from core.redact import mask_secrets
     for row in store.db.query("select id, created_at, top_symptom, correct_symptom, correct_text, diagnosis_json "
                               f"from diagnoses where {where} order by id", params):
-        doc = json.loads(row["diagnosis_json"])
+        doc = load_doc(row["diagnosis_json"], row["id"])
+        if doc is None:   # a damaged row: skipped (one log line), the other cases still come out
+            continue
         lines = sorted({(e["line"], e["text"]) for f in doc.get("findings", []) for e in f.get("evidence", [])})
         if not lines:
             continue

@@ -70,6 +70,10 @@ playbooks:
 def cmd_rules_new(args, settings) -> int:
     from bot.wiring import store
     from core.redact import mask_secrets
+    if not 0 < args.from_unclaimed < 1 << 63:   # SQLite's integers: a bigger one is no ID, not a crash
+        print(f"triage: no unrecognised error {args.from_unclaimed} (IDs are positive numbers the weekly report "
+              "lists)", file=sys.stderr)
+        return 2
     rows = list(store(settings).db.query("select template, example from unclaimed where rowid = ?",
                                             [args.from_unclaimed]))
     if not rows:

@@ -2,8 +2,12 @@
 /slack/events (signature-checked by Bolt) and a health check at /healthz."""
 from __future__ import annotations
 
+import io
 import logging
+import socket
 import threading
+import time
+from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
@@ -11,8 +15,9 @@ from slack_bolt import App, BoltRequest
 from slack_sdk.signature import SignatureVerifier
 
 MAX_BODY = 512 << 10   # Slack never sends more (a message holds 40k characters; longer pastes arrive as files)
-READ_TIMEOUT = 10.0        # seconds a connection may sit idle or half-sent before it is closed
-MAX_CONNECTIONS = 512      # connections served at once; more are closed at once instead of holding a thread each
+READ_TIMEOUT = 10.0        # seconds one request may take to arrive, request line, headers and body together
+MAX_CONNECTIONS = 512      # connections served at once; past that the oldest one still sending its request goes
+WRITE_TIMEOUT = 10.0       # seconds a client may take to read the answer
 log = logging.getLogger("triage.http")
 
 
@@ -21,9 +26,9 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
     body is parsed (a forged or replayed request never reaches a JSON parser); Bolt checks them again."""
     verifier = SignatureVerifier(signing_secret) if signing_secret else None
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(_Deadline, BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
-        timeout = READ_TIMEOUT
+        timeout = deadline_s = READ_TIMEOUT
 
         def log_message(self, fmt, *args):  # request lines only, never bodies
             log.debug("%s %s", self.command, self.path.split("?")[0])
@@ -38,6 +43,7 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
             self.wfile.write(body)
 
         def do_GET(self):
+            self.arrived()
             if urlparse(self.path).path == "/healthz":
                 self._send(200, b'{"ok": true}', {"Content-Type": "application/json"})
             else:
@@ -54,10 +60,14 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
             if verifier is not None and not _signed(verifier, body, self.headers):
                 self._send(401, b"invalid request signature")
                 return
+            self.arrived()
             try:
                 req = BoltRequest(body=body.decode("utf-8", errors="replace"), query=parsed.query,
                                   headers={k.lower(): [v] for k, v in self.headers.items()})
-            except (ValueError, TypeError, KeyError):
+            except (ValueError, TypeError, KeyError, AttributeError):   # Bolt reads a JSON body as an object
+                self._send(400, b"malformed request body")
+                return
+            if not isinstance(req.body, dict):   # signed but not an object ([1], "x", null): Slack never sends one
                 self._send(400, b"malformed request body")
                 return
             early = verifier is not None and req.body.get("type") == "event_callback"
@@ -80,10 +90,11 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
 
 
 def _read_body(handler) -> bytes | None:
-    """The request body, or None after answering: a length that is missing, negative or over the cap, a
-    chunked body, or a client that stops sending."""
+    """The request body, or None after answering: a length that is missing, negative, not ASCII digits ('²' is a
+    digit to str.isdigit) or over the cap, a chunked body, or a client that stops sending."""
     raw = handler.headers.get("Content-Length")
-    if handler.headers.get("Transfer-Encoding") or raw is None or not raw.strip().isdigit():
+    digits = (raw or "").strip()
+    if handler.headers.get("Transfer-Encoding") or raw is None or not (digits.isascii() and digits.isdigit()):
         handler.close_connection = True
         handler._send(411 if raw is None else 400, b"a Content-Length is required")
         return None
@@ -114,29 +125,97 @@ def _signed(verifier: SignatureVerifier, body: bytes, headers) -> bool:
         return False
 
 
+class _Deadline:
+    """Request handling with one deadline per request (see _DeadlineReader) and a place in the server's cap that
+    is only kept once the request has arrived."""
+    deadline_s = READ_TIMEOUT
+
+    def setup(self):
+        super().setup()
+        self.deadline = time.monotonic() + self.deadline_s
+        self.rfile = io.BufferedReader(_DeadlineReader(self))
+
+    def handle_one_request(self):
+        """Each request (a kept-alive connection's next one too) has READ_TIMEOUT in all to arrive, however
+        slowly it trickles in, and may be dropped for a newcomer until it has (see _Server)."""
+        self.deadline = time.monotonic() + self.deadline_s
+        self.server.reading(self.connection)
+        super().handle_one_request()
+
+    def arrived(self) -> None:
+        """The request is complete (and signed, for a POST): from now on it holds its place."""
+        self.server.working(self.connection)
+        self.connection.settimeout(WRITE_TIMEOUT)
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The connection's bytes, each recv given only what is left of the request's deadline: a client sending one
+    byte every few seconds is cut off when the deadline passes, not kept alive by each byte."""
+
+    def __init__(self, handler):
+        self.handler, self.sock = handler, handler.connection
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        left = self.handler.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request not received in time")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(buf)
+
+
 class _Server(ThreadingHTTPServer):
+    """At most MAX_CONNECTIONS connections hold a thread. A full server does not refuse a newcomer while some
+    connection is still sending its request (unauthenticated, maybe a slow-loris): the oldest such one is closed
+    to make room. Only requests that arrived whole (and signed) keep their place, so half-sent requests can
+    never lock Slack out."""
     request_queue_size = 1024  # the default backlog of 5 resets connections under a burst of Slack requests
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.max_connections = MAX_CONNECTIONS
+        self._lock = threading.Lock()
+        self._active: set = set()
+        self._reading: OrderedDict = OrderedDict()   # connections still receiving a request, oldest first
 
     def handle_error(self, request, client_address):
         """A client that vanished mid-request: one quiet log line, not a traceback on stderr."""
         import sys
         log.info("connection from %s ended early: %s", client_address[0], sys.exc_info()[0].__name__)
 
+    def reading(self, conn) -> None:
+        with self._lock:
+            if conn in self._active:
+                self._reading[conn] = True
+
+    def working(self, conn) -> None:
+        with self._lock:
+            self._reading.pop(conn, None)
+
     def process_request(self, request, client_address):
-        if not self._slots.acquire(blocking=False):   # full: close it now rather than start one more thread
-            self.shutdown_request(request)
-            return
+        with self._lock:
+            if len(self._active) >= self.max_connections:
+                if not self._reading:   # every place is held by a request being answered: close this one now
+                    self.shutdown_request(request)
+                    return
+                victim, _ = self._reading.popitem(last=False)
+                try:
+                    victim.shutdown(socket.SHUT_RDWR)   # its thread reads EOF and ends
+                except OSError:
+                    pass
+            self._active.add(request)
+            self._reading[request] = True
         super().process_request(request, client_address)
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            with self._lock:
+                self._active.discard(request)
+                self._reading.pop(request, None)
 
 
 def serve_http(app: App, host: str, port: int, signing_secret: str | None = None) -> None:

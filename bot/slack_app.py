@@ -13,6 +13,7 @@ from slack_sdk import WebClient
 
 from bot import slack_blocks as kit
 from bot.i18n import t
+from bot.mrkdwn import outgoing, runbook_links
 from bot.outbox import Outbox
 from bot.ratelimit import RateLimiter
 from bot.render import diagnosis_text
@@ -45,6 +46,7 @@ def create_app(settings: Settings, triage: Triage, client: WebClient | None = No
     app = App(signing_secret=secret, client=client, request_verification_enabled=secret is not None, logger=log,
               listener_executor=ThreadPoolExecutor(max_workers=32, thread_name_prefix="triage-listener"))
     bot = SlackBot(settings, triage, token or "")
+    bot.client = client
     bot.register(app)
     app.triage_bot = bot  # for `triage serve`: the outbox worker
     return app
@@ -66,6 +68,7 @@ class SlackBot(FeedbackHandlers):
         self.outbox = Outbox(store, on_sent=lambda did, ch, ts: did and ts and store.set_message(did, ch, ts)) \
             if store else None
         self.work = WorkQueue(workers=2)
+        self.client: WebClient | None = None   # create_app's client (bot.wiring.slack_client: defuses mrkdwn)
 
     def offload(self, fn):
         """Run a heavy listener on the bot's own pool; Bolt's threads stay free to ack within Slack's 3 s."""
@@ -202,16 +205,17 @@ class SlackBot(FeedbackHandlers):
 
     # ---- listeners -----------------------------------------------------------------------------------------
     def register(self, app: App) -> None:
+        out = functools.partial(outgoing, client=self.client, links=runbook_links(self.settings.runbook_url))
         app.middleware(self.dedupe)
-        app.command("/diagnose")(ack=self.ack_diagnose, lazy=[self.offload(self.run_diagnose)])
-        app.event("app_mention")(self.offload(self.on_mention))
-        app.shortcut("diagnose_message")(ack=self.ack_shortcut, lazy=[self.offload(self.run_shortcut)])
-        app.action("triage_vote_up")(self.on_vote)
-        app.action("triage_vote_down")(self.on_vote)
-        app.action("triage_wrong")(self.on_vote)
-        app.action("triage_cause")(self.on_cause_button)
-        app.view("triage_cause")(self.on_cause_submit)
-        app.event("app_home_opened")(self.on_home)
+        app.command("/diagnose")(ack=self.ack_diagnose, lazy=[out(self.offload(self.run_diagnose))])
+        app.event("app_mention")(out(self.offload(self.on_mention)))
+        app.shortcut("diagnose_message")(ack=self.ack_shortcut, lazy=[out(self.offload(self.run_shortcut))])
+        app.action("triage_vote_up")(out(self.on_vote))
+        app.action("triage_vote_down")(out(self.on_vote))
+        app.action("triage_wrong")(out(self.on_vote))
+        app.action("triage_cause")(out(self.on_cause_button))
+        app.view("triage_cause")(out(self.on_cause_submit))
+        app.event("app_home_opened")(out(self.on_home))
         app.event("message")(lambda: None)  # thread chatter is read on mention only
 
     def dedupe(self, body: dict, next) -> BoltResponse | None:
@@ -283,7 +287,7 @@ class SlackBot(FeedbackHandlers):
         blocks += kit.sections_blocks(question, sections, self.settings.runbook_url) if sections or not asks else []
         answer = self.triage.phraser.answer_question(question, sections, lang) if self.triage.phraser else None
         if answer:
-            blocks = [kit.section(answer), kit.context(t(lang, "phrased").format(model=self.triage.phraser.cfg.label))] + blocks
+            blocks = [kit.section(kit.esc(answer)), kit.context(t(lang, "phrased").format(model=self.triage.phraser.cfg.label))] + blocks
         return blocks[: kit.MAX_BLOCKS]
 
     def on_mention(self, event: dict, client: WebClient, context) -> None:

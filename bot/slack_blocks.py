@@ -222,13 +222,13 @@ def is_help(text: str) -> bool:
 def home_view(recent: list[dict[str, Any]], counts: dict[str, int]) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": "Train Triage"}},
                                     section("*This week by symptom*\n" + ("\n".join(
-                                        f"• `{k}`: {v}" for k, v in counts.items()) or "_nothing yet_")),
+                                        f"• `{esc(k)}`: {v}" for k, v in counts.items()) or "_nothing yet_")),
                                     {"type": "divider"}, section("*Last diagnoses*")]
     for r in recent[:10]:
         vote = {"up": " :+1:", "down": " :-1:"}.get(r.get("vote") or "", "")
         where = f" in <#{r['channel']}>" if r.get("channel") else ""
-        blocks.append(section(f"#{r['id']} `{r['top_symptom']}`{vote}{where} · {r['created_at'][:16]}\n"
-                              f"{clip(r.get('top_title') or '', 400)}"))
+        blocks.append(section(f"#{r['id']} `{esc(str(r['top_symptom']))}`{vote}{where} · {r['created_at'][:16]}\n"
+                              f"{_safe(r.get('top_title') or '', 400)}"))
     if not recent:
         blocks.append(context("No diagnoses yet. Try `/diagnose` with a log."))
     return {"type": "home", "blocks": blocks[:MAX_BLOCKS]}

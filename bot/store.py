@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import sqlite3
 import threading
@@ -20,7 +21,22 @@ from sqlite_utils import Migrations
 from bot.settings import SettingsError
 from core import symptoms
 from core.models import Diagnosis
-from core.redact import mask_secrets
+from core.redact import mask_secrets, mask_value
+
+log = logging.getLogger("triage.store")
+
+
+def load_doc(raw, diagnosis_id=None) -> dict | None:
+    """A stored diagnosis' JSON, or None (with one log line) when the row is damaged: one bad row must never take
+    down a report, a vote or an export."""
+    try:
+        doc = json.loads(raw) if raw else None
+    except (ValueError, TypeError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        log.warning("diagnosis #%s in the store cannot be read; skipped", diagnosis_id)
+        return None
+    return doc
 
 migrations = Migrations("train-triage")
 
@@ -169,7 +185,7 @@ class Store:
     def record(self, d: Diagnosis, data: bytes | None = None, *, source: str = "cli", team: str = "",
                channel: str = "", user: str = "", thread_ts: str = "", job_key: str = "", at: str | None = None) -> int:
         """Commit the diagnosis (and its findings) and return its id. Call before sending any answer."""
-        doc = mask_secrets(json.dumps(d.to_json_dict(), ensure_ascii=False))
+        doc = json.dumps(mask_value(d.to_json_dict()), ensure_ascii=False)   # values masked, never the JSON text
         top = d.findings[0] if d.findings else None
         row = {
             "created_at": at or now(), "source": source, "team": team, "channel": channel, "user": user,
@@ -186,7 +202,7 @@ class Store:
             db["findings"].insert_all({
                 "diagnosis_id": did, "idx": i, "symptom": f.symptom, "rule": f.rule, "severity": f.severity,
                 "title": mask_secrets(f.title), "caused_by": f.caused_by,
-                "facts_json": mask_secrets(json.dumps(f.facts, ensure_ascii=False)), "first_line": f.first_line,
+                "facts_json": json.dumps(mask_value(f.facts), ensure_ascii=False), "first_line": f.first_line,
             } for i, f in enumerate(d.findings))
             db["nodes"].insert_all(self._nodes(did, d))
             db["unclaimed"].insert_all({"diagnosis_id": did, "template": mask_secrets(u["template"]),
@@ -227,8 +243,16 @@ class Store:
             return None
 
     def diagnosis(self, diagnosis_id: int) -> Diagnosis | None:
+        """The stored diagnosis, or None when there is none or its row cannot be read (see load_doc)."""
         row = self.get(diagnosis_id)
-        return Diagnosis.from_dict(json.loads(row["diagnosis_json"])) if row else None
+        doc = load_doc(row["diagnosis_json"], diagnosis_id) if row else None
+        if not doc:
+            return None
+        try:
+            return Diagnosis.from_dict(doc)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            log.warning("diagnosis #%s in the store is not a diagnosis; skipped", diagnosis_id)
+            return None
 
     def vote(self, diagnosis_id: int, user: str, vote: str, symptom: str | None = None, cause: str = "") -> None:
         db = self.db

@@ -1,6 +1,13 @@
-"""The diagnosis text on a terminal: wrapped to its width and coloured, only where a person reads it (a TTY, or
+"""The CLI on a terminal.
+
+The diagnosis text: wrapped to the terminal's width and coloured, only where a person reads it (a TTY, or
 `--color always`; never with NO_COLOR set and `--color auto`). Lines that are pasted — changes, commands, evidence —
-are never wrapped, so a copy stays one line."""
+are never wrapped, so a copy stays one line.
+
+What the CLI writes on stderr, made inert: file names, archive members, notes and errors can hold OSC 52
+(clipboard), OSC 8 (hyperlinks) or CSI sequences from whoever named the file. One wrapper around sys.stderr
+(installed by bot.cli.main) escapes every control character but newline and tab, and a carriage return that starts a
+write (the progress line redraws itself that way)."""
 from __future__ import annotations
 
 import os
@@ -64,3 +71,23 @@ def for_terminal(text: str, mode: str = "auto", stream=sys.stdout) -> str:
     if cols:
         text = wrap(text, cols)
     return colour(text) if use_color(mode, stream) else text
+
+
+def inert(text: str) -> str:
+    from bot.render import terminal_safe   # the one escaping of control characters
+    return terminal_safe(text)
+
+
+class SafeStderr:
+    """A text stream that writes `inert` text to the stream it wraps; everything else is the wrapped stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        lead = "\r" if text.startswith("\r") else ""
+        self._stream.write(lead + inert(text[len(lead):]))
+        return len(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)

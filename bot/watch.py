@@ -62,6 +62,10 @@ def signature(paths: list[tuple[str, str]]) -> tuple[str, float] | None:
     return sig, max(s.st_mtime for _, s in stats)
 
 
+class JobFailed(str):
+    """What `scan` says of a job whose logs could not be read or diagnosed (EIO, a bug): recorded, the pass goes on."""
+
+
 @dataclass
 class Watcher:
     root: str
@@ -93,13 +97,23 @@ class Watcher:
             sig, row = seen[0], self._seen(job)
             if row and (row["status"] == "posted" or row["signature"] == sig):
                 continue
-            done.append((job, self._handle(job, paths, sig)))
+            try:
+                out = self._handle(job, paths, sig)
+            except Exception as e:   # one job's bad file (EIO, a bug it triggers) never ends the pass for the rest
+                why = f"{type(e).__name__}: {str(e)[:200]}"
+                log.warning("job %s failed: %s", job, why)
+                self._mark(job, sig, "failed")   # tried again when its files change
+                out = JobFailed(f"failed: {why}")
+            done.append((job, out))
         return done
 
     def _handle(self, job: str, paths: list[tuple[str, str]], sig: str):
-        from core.ingest import UnusableInput
+        from core.ingest import ReadError, UnusableInput
         try:
             d = self.notifier.diagnose(paths, f"{job} ({len(paths)} files)")
+        except ReadError as e:   # the file failed, not the log: a failure of this job's triage
+            self._mark(job, sig, "failed")
+            return JobFailed(f"failed: {e}")
         except UnusableInput as e:
             self._mark(job, sig, "unreadable")
             return f"unreadable: {e}"
@@ -115,19 +129,27 @@ class Watcher:
         self._mark(job, sig, "posted", out.diagnosis_id)
         return out
 
-    def run(self, stop: threading.Event, every: float) -> None:
-        """Scan until `stop` is set (a set one: a single pass), saying on stdout what each job got."""
+    def run(self, stop: threading.Event, every: float) -> int:
+        """Scan until `stop` is set (a set one: a single pass), saying on stdout what each job got (a failed job on
+        stderr too). Returns how many jobs failed, or the pass itself did, in the last pass."""
         from bot.notify import said
+        from bot.render import terminal_safe
         while True:
+            failed = 0
             try:
                 for job, out in self.scan():
-                    print(f"triage: {job}: " + (out if isinstance(out, str) else said(out, self.notifier.channel)
-                                                .removeprefix("triage: ")), flush=True)
+                    line = f"triage: {job}: " + (out if isinstance(out, str) else said(out, self.notifier.channel)
+                                                 .removeprefix("triage: "))
+                    print(terminal_safe(line), flush=True)
+                    if isinstance(out, JobFailed):
+                        failed += 1
+                        print(terminal_safe(line), file=sys.stderr, flush=True)
             except Exception as e:   # a locked database, a vanished mount: said, and the next pass tries again
+                failed += 1
                 print(f"triage: watch pass failed ({type(e).__name__}: {str(e)[:200]}); retrying", file=sys.stderr,
                       flush=True)
             if stop.wait(every):
-                return
+                return failed
 
 
 def cmd_watch(args, settings) -> int:
@@ -150,8 +172,8 @@ def cmd_watch(args, settings) -> int:
     if args.once:
         stop.set()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())   # a Kubernetes sidecar is stopped with SIGTERM
-    watcher.run(stop, min(max(settle / 4, 1.0), 30.0))
-    return 0
+    failed = watcher.run(stop, min(max(settle / 4, 1.0), 30.0))
+    return 1 if args.once and failed else 0   # --once: every other job was still handled, then exit 1
 
 
 def add_parser(sub) -> None:

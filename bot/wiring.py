@@ -1,6 +1,8 @@
 """The engine and the store as every command builds them from Settings (shared by the CLI's subcommands)."""
 from __future__ import annotations
 
+import functools
+
 
 def engine(settings):
     """The diagnosis engine with the built-in playbooks plus TRIAGE_PLAYBOOKS (every file checked at load: a bad
@@ -48,8 +50,30 @@ def triage(settings, store):
 
 
 def slack_client(settings):
-    """The Web API client with the bot token (and SLACK_API_BASE_URL when set: a local fake Slack in tests)."""
-    from slack_sdk import WebClient
+    """The Web API client with the bot token (and SLACK_API_BASE_URL when set: a local fake Slack in tests). Every
+    call it makes passes through bot.mrkdwn's pass over text (no live mention or link from a log or a model)."""
+    from bot.mrkdwn import runbook_links
     token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None
     kwargs = {"base_url": settings.slack_api_base_url} if settings.slack_api_base_url else {}
-    return WebClient(token=token, **kwargs)
+    return safe_client_class()(token=token, links=runbook_links(settings.runbook_url), **kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def safe_client_class():
+    from slack_sdk import WebClient
+
+    from bot.mrkdwn import defuse_payload
+
+    class SafeWebClient(WebClient):
+        """A WebClient whose every call has its text fields defused (bot.mrkdwn) just before it is sent."""
+
+        def __init__(self, *args, links: tuple[str, ...] = (), **kwargs):
+            super().__init__(*args, **kwargs)
+            self.links = links
+
+        def api_call(self, api_method, *, http_verb="POST", files=None, data=None, params=None, json=None,
+                     headers=None, auth=None):
+            data, params, json = (defuse_payload(x, self.links) if x else x for x in (data, params, json))
+            return super().api_call(api_method, http_verb=http_verb, files=files, data=data, params=params,
+                                    json=json, headers=headers, auth=auth)
+    return SafeWebClient

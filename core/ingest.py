@@ -17,6 +17,13 @@ class UnusableInput(Exception):
     """Input that cannot be triaged; the message is the one line the user sees."""
 
 
+class ReadError(UnusableInput):
+    """The file itself failed (EIO, a vanished mount): not the log's fault, worth reporting as a failure."""
+
+
+MAX_JSON_DEPTH = 64   # a JSON log line nesting deeper is read as text (json would recurse until it crashes)
+
+
 @dataclass
 class Source:
     name: str
@@ -28,14 +35,14 @@ class Source:
 
     def chunks(self) -> Iterator[bytes | int]:
         """Newline-aligned byte chunks; an int stands for that many lines skipped (head-and-tail reading)."""
-        raw = _Raw(self.stream)
+        raw = _Raw(self.stream, self)
         head = raw.peek(SNIFF)
         if not head:
             raise UnusableInput(f"{self.name}: input is empty")
         size = _size(self.stream)
         if head[:2] != b"\x1f\x8b" and head[:4] != b"PK\x03\x04" and size is not None and size > self.max_bytes:
             _check_text(head, self.name)
-            yield from self._head_and_tail(size)
+            yield from _drop_nul(self._head_and_tail(size), self)
             return
         blocks: Iterator[bytes] = raw.blocks()
         if head[:2] == b"\x1f\x8b":
@@ -49,10 +56,10 @@ class Source:
         _check_text(head, self.name)
         key = _json_log_key(head)
         if key is None:
-            yield from _dedent(_align(_cap(blocks, self), self))
+            yield from _dedent(_drop_nul(_align(_cap(blocks, self), self), self))
             return
         self.notes.append(f'read the "{key}" field of each JSON line (container or log-shipper format)')
-        yield from _unwrap_json(_align(_cap(blocks, self), self), key)
+        yield from _unwrap_json(_drop_nul(_align(_cap(blocks, self), self), self), key)
 
 
     def _head_and_tail(self, size: int) -> Iterator[bytes | int]:
@@ -109,13 +116,30 @@ def _size(stream: BinaryIO) -> int | None:
 
 
 class _Raw:
-    def __init__(self, stream: BinaryIO):
-        self.stream = stream
+    """The stream's bytes. A read that fails (EIO) before anything was read makes the input unusable (ReadError);
+    one that fails later ends the input there, with a note, like a truncated file."""
+
+    def __init__(self, stream: BinaryIO, src: Source):
+        self.stream, self.src = stream, src
         self.buf = b""
+        self.got = 0
+
+    def _read(self, n: int) -> bytes:
+        try:
+            data = self.stream.read(n)
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+            if not self.got:
+                raise ReadError(f"{self.src.name}: cannot read ({why})") from None
+            self.src.truncated = True
+            self.src.notes.append(f"{self.src.name}: read failed after {self.got} bytes ({why}); read up to there")
+            return b""
+        self.got += len(data or b"")
+        return data
 
     def peek(self, n: int) -> bytes:
         while len(self.buf) < n:
-            more = self.stream.read(n - len(self.buf))
+            more = self._read(n - len(self.buf))
             if not more:
                 break
             self.buf += more
@@ -123,10 +147,33 @@ class _Raw:
 
     def blocks(self) -> Iterator[bytes]:
         if self.buf:  # the peeked bytes go out with a full first block, so the first chunk is a fair sample
-            first, self.buf = self.buf + self.stream.read(CHUNK), b""
+            first, self.buf = self.buf + self._read(CHUNK), b""
             yield first
-        while block := self.stream.read(CHUNK):
+        while block := self._read(CHUNK):
             yield block
+
+
+def json_line(raw: bytes | str):
+    """A JSON value from one log line, or None: not JSON, or nested deeper than MAX_JSON_DEPTH (read as text)."""
+    import json
+    b = raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
+    if b.count(b"[") + b.count(b"{") > MAX_JSON_DEPTH and _depth(b) > MAX_JSON_DEPTH:
+        return None
+    try:
+        return json.loads(b)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _depth(raw: bytes) -> int:
+    """How deep brackets nest in a JSON text, strings skipped."""
+    import re
+    depth = deepest = 0
+    for m in re.finditer(rb'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]', raw):
+        c = m.group(0)
+        depth += 1 if c in (b"[", b"{") else -1 if c in (b"]", b"}") else 0
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def _prepend(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
@@ -227,13 +274,9 @@ def _json_log_key(head: bytes) -> str | None:
     lines = [ln for ln in head.split(b"\n")[:-1] if ln.strip()][:5]   # complete lines only
     if not lines or not all(ln.lstrip().startswith(b"{") for ln in lines):
         return None
-    import json
     keys: set[str] | None = None
     for ln in lines:
-        try:
-            obj = json.loads(ln)
-        except ValueError:
-            return None
+        obj = json_line(ln)
         if not isinstance(obj, dict):
             return None
         found = {k for k in JSON_LOG_KEYS if isinstance(obj.get(k), str)}
@@ -244,19 +287,30 @@ def _json_log_key(head: bytes) -> str | None:
 def _unwrap_json(chunks: Iterator[bytes], key: str) -> Iterator[bytes]:
     """Each JSON line becomes the text under `key`, one line for one line, so line numbers still match the file;
     a line that is not such an object is kept as it is."""
-    import json
     for chunk in chunks:
         out = []
         for line in chunk.split(b"\n"):
             if line.startswith(b"{"):
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    obj = None
+                obj = json_line(line)
                 if isinstance(obj, dict) and isinstance(obj.get(key), str):
                     line = obj[key].rstrip("\r\n").replace("\r", "").replace("\n", " ").encode("utf-8", "replace")
             out.append(line)
         yield b"\n".join(out)
+
+
+def _drop_nul(chunks: Iterator, src: Source) -> Iterator:
+    """NUL bytes past the head are a hole in the file (a node that crashed with the log's last block allocated but
+    unwritten, a preallocated file): dropped, so the line after the hole reads as its text, not as NUL escapes.
+    Line numbers do not change (no newline is added or removed); a note says how many were dropped."""
+    dropped = 0
+    for chunk in chunks:
+        if isinstance(chunk, bytes) and b"\x00" in chunk:
+            before = len(chunk)
+            chunk = chunk.replace(b"\x00", b"")
+            dropped += before - len(chunk)
+        yield chunk
+    if dropped:
+        src.notes.append(f"{src.name}: dropped {dropped} NUL bytes (a hole in the file, e.g. after a node crash)")
 
 
 def _cap(blocks: Iterator[bytes], src: Source) -> Iterator[bytes]:

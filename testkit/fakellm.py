@@ -47,8 +47,10 @@ def mutate(mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 class FakeLLM:
-    def __init__(self, mode: str = "echo", port: int = 0, delay: float = 0.0):
+    def __init__(self, mode: str = "echo", port: int = 0, delay: float = 0.0,
+                 reply: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
         self.mode = mode
+        self.reply = reply   # a test's own answer, built from the request (a hostile model, an echo)
         self.delay = delay
         self.requests: list[dict[str, Any]] = []
         self.raw: list[bytes] = []
@@ -82,7 +84,7 @@ class FakeLLM:
                 if fake.mode == "garbage":
                     content = "Sure! Here is my answer without any JSON."
                 else:
-                    content = json.dumps(mutate(fake.mode)(req), ensure_ascii=False)
+                    content = json.dumps((fake.reply or mutate(fake.mode))(req), ensure_ascii=False)
                 self._send(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()),
                                  "model": req.get("model", "fake"), "choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": content}}],

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from bot.store import Store
+from bot.store import Store, load_doc
 from core import facts as F
 from core import instances as I
 from core import job as J
@@ -37,7 +37,10 @@ def parse_since(text: str, now: datetime) -> datetime:
     m = re.fullmatch(r"(\d+)\s*([hdw])", text.strip())
     if m:
         n, unit = int(m.group(1)), m.group(2)
-        return now - {"h": timedelta(hours=n), "d": timedelta(days=n), "w": timedelta(weeks=n)}[unit]
+        try:
+            return now - {"h": timedelta(hours=n), "d": timedelta(days=n), "w": timedelta(weeks=n)}[unit]
+        except (OverflowError, ValueError):
+            raise ValueError(f"'{text}' reaches back before the year 1; use a shorter span or a date") from None
     return parse_date(text)
 
 
@@ -77,6 +80,7 @@ class ReportData:
     precision: dict[str, list[int]] = field(default_factory=dict)   # symptom said -> [answers 👍, answers rated]
     wrong: list[dict[str, Any]] = field(default_factory=list)
     tune_next: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: list[int] = field(default_factory=list)   # diagnoses whose stored JSON is damaged: left out
 
 
 def build(store: Store, since: datetime, until: datetime) -> ReportData:
@@ -88,7 +92,9 @@ def build(store: Store, since: datetime, until: datetime) -> ReportData:
                                [_iso(since - span), _iso(since)]))
     r.total, r.previous_total = len(rows), len(prev)
     r.previous_by_symptom = Counter(p["top_symptom"] for p in prev if p["top_symptom"] != "none")
-    docs = {row["id"]: json.loads(row["diagnosis_json"]) for row in rows}
+    docs = {row["id"]: load_doc(row["diagnosis_json"], row["id"]) for row in rows}
+    r.unreadable = sorted(i for i, doc in docs.items() if doc is None)
+    docs = {i: doc or {} for i, doc in docs.items()}   # a damaged row counts, and adds nothing else
     for row in rows:
         if row["top_symptom"] == "none":
             continue
@@ -175,7 +181,7 @@ def _changes(r: ReportData, rows: list[dict], docs: dict[int, dict], store: Stor
         for job, first_at in rec["jobs"].items():
             later = store.db.query("select id, diagnosis_json from diagnoses where job_key = ? and created_at > ?",
                                    [job, first_at])
-            if any(_applied(rec, json.loads(x["diagnosis_json"]).get("job") or {}) for x in later):
+            if any(_applied(rec, (load_doc(x["diagnosis_json"], x["id"]) or {}).get("job") or {}) for x in later):
                 applied.append(job)
         rec["jobs_recommended"] = len(rec["jobs"])
         rec["jobs_applied"] = len(applied)

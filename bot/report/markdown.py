@@ -8,6 +8,8 @@ from core import facts as F
 from core import versions as V
 from core.templates import shorten
 
+_DRIFTS = ("nccl", "aws_ofi_nccl", "libfabric", "torch", "driver")   # components whose versions must agree
+
 
 def _ids(ids, limit: int = 8) -> str:
     ids = sorted(set(int(i) for i in ids))
@@ -27,6 +29,9 @@ def render(r: ReportData, charts: list[Path]) -> str:
     span = f"{r.since:%Y-%m-%d %H:%M} – {r.until:%Y-%m-%d %H:%M} UTC"
     out = ["# Train Triage weekly tuning report", "", f"Period: {span}. Diagnoses: {r.total} "
            f"(previous period: {r.previous_total}, {_delta(r.total, r.previous_total)}).", ""]
+    if r.unreadable:
+        out += [f"Note: {len(r.unreadable)} stored diagnosis(es) could not be read and are left out of the sections "
+                f"below ({_ids(r.unreadable)}).", ""]
     if r.tune_next:
         out += ["## Tune this next", ""]
         out += [f"{i}. {t['text']} — evidence: {t['evidence']} ({_ids(t['ids'])})" for i, t in enumerate(r.tune_next[:10], 1)]
@@ -55,8 +60,7 @@ def render(r: ReportData, charts: list[Path]) -> str:
     if r.versions:
         out += ["## Versions seen", ""]
         for comp, vals in r.versions.items():
-            distinct = {V.parse(v) for v in vals}   # 1.18 and 1.18.0 are one version
-            drift = " **drift**" if len(distinct) > 1 and comp in ("nccl", "aws_ofi_nccl", "libfabric", "torch", "driver") else ""
+            drift = " **drift**" if len({V.parse(v) for v in vals}) > 1 and comp in _DRIFTS else ""   # 1.18 = 1.18.0
             out.append(f"- {comp}{drift}: " + "; ".join(f"{v} ({_ids(ids, 4)})" for v, ids in sorted(vals.items())))
         out += [f"- ⚠ {w['text']} ({_ids(w['ids'])})" for w in r.version_warnings]
         out.append("")
@@ -150,11 +154,12 @@ def _training(r: ReportData, names: set[str] = frozenset()) -> list[str]:
 
 
 def summary(r: ReportData) -> str:
-    """The short Slack message that goes with the files."""
-    top = ", ".join(f"{s} {n}" for s, n in r.by_symptom.most_common(3)) or "none"
+    """The short Slack message that goes with the files (mrkdwn: what came from a log is escaped)."""
+    from bot.slack_blocks import esc
+    top = esc(", ".join(f"{s} {n}" for s, n in r.by_symptom.most_common(3)) or "none")
     lines = [f":bar_chart: *Weekly tuning report* — {r.total} diagnoses ({_delta(r.total, r.previous_total)} vs the "
              f"previous period). Top: {top}."]
-    lines += [f"• {t['text']} ({t['evidence']})" for t in r.tune_next[:3]]
+    lines += [f"• {esc(t['text'])} ({esc(str(t['evidence']))})" for t in r.tune_next[:3]]
     return "\n".join(lines)
 
 
