@@ -246,7 +246,7 @@ def _changes(c: dict[str, Any], scope: dict[str, Any]) -> list[Change]:
             return []
         sep = "," if c["kind"] == "command" else ", "   # a command takes a list as one word (nodename=a,b)
         note = _fill(spec_note, scope, sep) if spec_note else None
-        return [Change(kind=c["kind"], name=_fill(c["name"], scope, sep), to=to, from_=from_, note=note)]
+        return [Change(kind=c["kind"], name=_fill(c["name"], scope, sep, people=False), to=to, from_=from_, note=note)]
     own = FW.name_for(c["name"], job.get("framework"), job.get("sharding_engine"), lang)
     if own is None:
         return []   # this framework has no such setting
@@ -264,12 +264,22 @@ def _changes(c: dict[str, Any], scope: dict[str, Any]) -> list[Change]:
     return out
 
 
-def _fill(text: str, scope: dict[str, Any], sep: str = ", ") -> str:
+def _fill(text: str, scope: dict[str, Any], sep: str = ", ", people: bool = True) -> str:
+    """Placeholders filled from the scope; in text for people, a count of a million or more reads 70B, 350M."""
     def sub(m: re.Match) -> str:
         v = lookup(scope, m.group(1))
         if v is None:
             return "(?)"
         if isinstance(v, list):
             return sep.join(str(x) for x in v)
+        if people and isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**6:
+            return _count(v)
         return str(v)
     return PLACEHOLDER.sub(sub, text)
+
+
+def _count(n: int) -> str:
+    for unit, size in (("T", 10**12), ("B", 10**9), ("M", 10**6)):
+        if abs(n) >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)

@@ -87,3 +87,13 @@ def test_a_log_read_only_in_part_is_healthy_only_in_the_parts_read():
     assert "in the parts read" in verdict_lines(part, "en")[0] and "looks healthy" not in verdict_lines(part, "en")[0]
     assert "white_check_mark" in json.dumps(diagnosis_blocks(whole)[0])
     assert "white_check_mark" not in json.dumps(diagnosis_blocks(part)[0])
+
+
+def test_counts_in_step_texts_read_as_people_write_them(run):
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "79.11 GiB of which 1.06 GiB is free.\n")
+    d = run("Total params: 70,553,706,496\n" + oom)
+    step = next(s for s in d.findings[0].steps if s.id == "cuda_oom.memory_math")
+    assert "With 70.6B parameters" in step.text and "70553706496" not in step.text
+    from playbooks.engine import _count
+    assert (_count(350_000_000), _count(1_200_000_000_000), _count(999_999)) == ("350M", "1.2T", "999999")
