@@ -86,3 +86,15 @@ def test_slow_nccl_tests_get_the_seeds_bottleneck_experiments_as_single_runs(run
     assert [c.name.split(" srun ")[0] for c in step.changes] == ["NCCL_ALGO=Ring", "NCCL_PROTO=Simple"]
     assert all(c.kind == "command" and "--mpi=pmix --cpu-bind=cores" in c.name for c in step.changes)
     assert not any(c.kind == "env" and c.name in ("NCCL_ALGO", "NCCL_PROTO") for s in f.steps for c in s.changes)
+
+
+def test_slow_communication_gets_the_seeds_monitoring_checks_last(run):
+    """Seed 003's monitoring rows for communication: NIC counters (ethtool -S) and NCCL's topology dump, as a check
+    after the root cause's own steps (issue 30)."""
+    from conftest import FIXTURES
+    d = run((FIXTURES / "slow_comm" / "nccl_tests_p5_two_nodes_low.log").read_text())
+    steps = d.findings[0].steps
+    mon = next(s for s in steps if s.id == "slow_comm.monitor")
+    assert mon.cleanup and steps.index(mon) > max(i for i, s in enumerate(steps) if not s.cleanup)
+    names = " ".join(c.name for c in mon.changes)
+    assert "ethtool -S" in names and "NCCL_TOPO_DUMP_FILE=" in names
