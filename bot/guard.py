@@ -53,6 +53,8 @@ class Allowed:
     steps: dict[str, tuple[str, set[str]]] = field(default_factory=dict)   # step id -> (its text, its directions)
     pages: set[str] = field(default_factory=set)    # every runbook page name (efa, nccl-hangs, …)
     prompt: str = ""              # the instructions the model was given: never to be echoed back
+    lang: str = ""                # the language asked for ("en", "ko"); empty: not checked
+    quotes: list[str] = field(default_factory=list)   # titles and evidence as given: quoted, they are no language
 
 
 def norm_number(s: str) -> str:
@@ -148,8 +150,40 @@ def meaning(answer: PhrasedAnswer, allowed: Allowed) -> str | None:
     if not (allowed.own or allowed.steps or allowed.prompt):
         return None
     text = answer.all_text()
-    return (_commands(text, allowed) or _references(text, allowed) or _opposites(answer, allowed)
-            or _echo(text, allowed.prompt))
+    return (_template(text, allowed) or _language(answer, allowed) or _commands(text, allowed)
+            or _references(text, allowed) or _opposites(answer, allowed) or _echo(text, allowed.prompt))
+
+
+# a template slot copied back instead of filled ("<2-4 sentences: …>", "<step id>"); the masker's own placeholders
+# (<IPV4_1>, <EC2_HOST_2>) are upper case with no space and stay allowed
+TEMPLATE = re.compile(r"<[a-z0-9][^<>\n]*\s[^<>\n]*>|\.\.\.\s*$|^\s*…\s*$", re.M)
+HANGUL = re.compile(r"[\uac00-\ud7a3]")
+LETTER = re.compile(r"[A-Za-z\uac00-\ud7a3]")
+
+
+def _template(text: str, allowed: Allowed) -> str | None:
+    for m in TEMPLATE.finditer(text):
+        if m.group(0).strip() and m.group(0) not in allowed.material:   # (a slot the asker or the log wrote is theirs)
+            return f"returned template text instead of an answer: {m.group(0)[:40]!r}"
+    return None
+
+
+def _language(answer: PhrasedAnswer, allowed: Allowed) -> str | None:
+    """The summary in the language asked for: Korean with Hangul in most of its letters, English with little —
+    counted without the titles and evidence lines it quotes as given."""
+    lang, own = allowed.lang, answer.summary
+    for q in sorted(allowed.quotes, key=len, reverse=True):
+        if len(q) >= 12:
+            own = own.replace(q, " ")
+    letters = LETTER.findall(own)
+    if not lang or len(letters) < 12:
+        return None
+    share = len(HANGUL.findall(own)) / len(letters)
+    if lang == "ko" and share < 0.3:
+        return "answered in another language than the Korean asked for"
+    if lang == "en" and share > 0.3:
+        return "answered in another language than the English asked for"
+    return None
 
 
 def _commands(text: str, allowed: Allowed) -> str | None:

@@ -49,6 +49,7 @@ class LLMConfig:
     base_url: str | None = None
     api_key: Secret | None = None
     timeout: float = 20.0
+    max_tokens: int = 900   # a bound on every reply: a local server's default is "until the context is full"
 
     @property
     def label(self) -> str:

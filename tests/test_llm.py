@@ -1,6 +1,7 @@
 """LLM phrasing behind the guard: langchain fake chat models for units, the real langchain-openai client against
 a local OpenAI-compatible server over HTTP for integration."""
 import json
+import time
 import os
 import subprocess
 import sys
@@ -125,12 +126,26 @@ def test_real_client_bad_answers_and_errors_fall_back(run, llm_server, mode, rea
     assert out.answer is None and reason in out.reason
 
 
-def test_timeout_falls_back_after_one_retry(run, llm_server):
+def test_timeout_falls_back_without_a_retry(run, llm_server):
+    """Issue 34: a retry after a timeout only queues behind the first request on a local server: none is made."""
     srv = llm_server("slow", delay=3.0)
     d = run((FIXTURES / "gpu_xid" / "xid79.log").read_bytes())
     out = _phraser(srv.url, timeout=1.0).phrase(d, "en")
     assert out.answer is None and out.reason.startswith("error")
-    assert len(srv.requests) == 2  # the first try and one retry
+    time.sleep(0.3)
+    assert len(srv.requests) == 1
+
+
+def test_every_call_is_bounded_and_asks_for_the_answers_schema(run, llm_server):
+    srv = llm_server("echo")
+    d = run((FIXTURES / "gpu_xid" / "xid79.log").read_bytes())
+    assert _phraser(srv.url).phrase(d, "en").reason == "accepted"
+    req = srv.requests[0]
+    assert req["max_tokens"] == 900 and req.get("max_completion_tokens", 900) == 900
+    schema = req["response_format"]["json_schema"]["schema"]
+    assert req["response_format"]["type"] == "json_schema" and schema["required"] == ["summary", "steps", "citations"]
+    system = req["messages"][0]["content"]
+    assert "<" not in system.split("Reply with")[1]   # no template slot a small model could copy back
 
 
 def test_cli_llm_korean_against_the_stub(llm_server, tmp_path):
@@ -191,3 +206,31 @@ def test_a_faithful_phrasing_of_every_fixture_passes_the_guard(run, lang):
         if problem:
             bad.append((path.name, problem))
     assert bad == [], bad
+
+
+def _reply_to(phr, d, lang, edit):
+    """What the phraser does with a reply made from the faithful one by `edit`."""
+    from bot.llm import SYSTEM, LANG_NAMES, fenced, payload
+    from core.redact import Masker
+    doc, _ = payload(d, phr.runbook, Masker(identifiers=True))
+    req = {"messages": [{"content": SYSTEM.format(language=LANG_NAMES[lang])}, {"content": fenced(doc)}]}
+    answer = faithful(req)
+    edit(answer)
+    phr._model = FakeListChatModel(responses=[json.dumps(answer, ensure_ascii=False)])
+    return phr.phrase(d, lang)
+
+
+def test_template_text_and_the_wrong_language_are_rejected_and_quoting_a_title_is_not(run):
+    d = run((FIXTURES / "cuda_oom" / "new_format_fragmented.log").read_bytes())
+    phr = _phraser("http://127.0.0.1:9")
+    ok = _reply_to(phr, d, "ko", lambda a: None)          # a Korean summary quoting the English title as given
+    assert ok.reason == "accepted"
+    slot = _reply_to(phr, d, "en", lambda a: a.update(summary="<2-4 sentences: the root cause and what follows>"))
+    assert slot.answer is None and "template text" in slot.reason
+    english = _reply_to(phr, d, "ko", lambda a: a.update(summary="The job ran out of GPU memory during the backward "
+                                                                  "pass; the allocator is fragmented."))
+    assert english.answer is None and "Korean" in english.reason
+    korean = _reply_to(phr, d, "en", lambda a: a.update(summary="역전파 중에 GPU 메모리가 부족했습니다. 할당기가 조각났습니다."))
+    assert korean.answer is None and "English" in korean.reason
+    masked = _reply_to(phr, d, "en", lambda a: a.update(summary=a["summary"] + " The peer <IPV4_1> is fine."))
+    assert "template" not in masked.reason   # the masker's own placeholders are not template text
