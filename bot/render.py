@@ -45,13 +45,17 @@ def change_text(c: Change, lang: str = "en") -> str:
     if c.kind == "env":
         text = f"export {c.name}={_plain(c.to)}" if c.to is not None else f"unset {c.name}"
     elif c.kind == "flag":
-        if c.to is None:
+        if c.to is None and c.from_ is not None:   # a removal (DESIGN: `to: null` beside the value the log shows)
             text, comment = f"{t(lang, 'remove')} {c.name}", []
+        elif c.to is None:                          # a flag whose value the note says how to pick
+            text = c.name
         else:
             text = c.name if c.to is True else f"{c.name} {_plain(c.to)}"
     elif c.kind == "config":
-        if c.to is None:
+        if c.to is None and c.from_ is not None:
             text = f"{t(lang, 'remove')} {c.name}"
+        elif c.to is None:
+            text = c.name
         elif "…" in c.name:
             text = c.name.replace("…", _python(c.to), 1)
         elif _JSON_KEY.fullmatch(c.name):
@@ -65,6 +69,47 @@ def change_text(c: Change, lang: str = "en") -> str:
         text = f"$ {c.name}"
     if c.note and not (c.note in ("remove it", "지우세요") and c.to is None):
         comment.append(c.note)   # a removal already says so
+    return text + (f"   # {'; '.join(comment)}" if comment else "")
+
+
+def change_lines(changes: list[Change], lang: str = "en") -> list[str]:
+    """Each change as a line to paste; a step's DeepSpeed keys under one top-level key become one JSON fragment
+    (pasted as two lines, `"zero_optimization": {…}` twice would keep only the last)."""
+    groups: dict[str, list[Change]] = {}
+    order: list[Change | str] = []
+    for c in changes:
+        top = c.name.split(".")[0]
+        if c.kind == "config" and c.to is not None and "." in c.name and _JSON_KEY.fullmatch(c.name):
+            if top not in groups:
+                order.append(top)
+            groups.setdefault(top, []).append(c)
+        else:
+            order.append(c)
+    out = []
+    for x in order:
+        if not isinstance(x, str):
+            out.append(change_text(x, lang))
+        elif len(groups[x]) == 1:
+            out.append(change_text(groups[x][0], lang))
+        else:
+            out.append(_merged(x, groups[x], lang))
+    return out
+
+
+def _merged(top: str, changes: list[Change], lang: str) -> str:
+    tree: dict = {}
+    comment = []
+    for c in changes:
+        *path, leaf = c.name.split(".")[1:]
+        node = tree
+        for key in path:
+            node = node.setdefault(key, {})
+        node[leaf] = c.to
+        if c.from_ is not None:
+            comment.append(f"{'.'.join(c.name.split('.')[1:])} {t(lang, 'was')} {_plain(c.from_)}")
+        if c.note:
+            comment.append(c.note)
+    text = f'"{top}": {json.dumps(tree, ensure_ascii=False)}'
     return text + (f"   # {'; '.join(comment)}" if comment else "")
 
 
@@ -92,9 +137,9 @@ def _facts(f: Finding) -> str:
 ROOT_STEPS = 4   # the root cause's steps shown in full; later rungs and clean-up follow in short blocks
 
 
-def _step_lines(i: int, owner: str, text: str, changes: list[Change], cite: list[str], lang: str) -> list[str]:
-    out = [f"    {i}. [{t(lang, owner)}] {text}"]
-    out += [f"         {change_text(c, lang)}" for c in changes]
+def _step_lines(i: int | str, owner: str, text: str, changes: list[Change], cite: list[str], lang: str) -> list[str]:
+    out = [f"    {i}{'.' if isinstance(i, int) else ''} [{t(lang, owner)}] {text}"]
+    out += [f"         {line}" for line in change_lines(changes, lang)]
     out.append(f"         {t(lang, 'runbook')}: {', '.join(cite)}")
     return out
 
@@ -120,8 +165,7 @@ def _steps_text(f: Finding, index: int, lang: str, phrased: dict[str, str] | Non
         out.append(f"  {t(lang, 'cleanup')}:")   # hygiene and routine checks, not the fix
         for s in rest:
             body = _CLEANUP_LEAD.sub("", text(s))
-            out += _step_lines(0, s.owner, body[:1].upper() + body[1:], s.changes, s.cite, lang)
-            out[-2 - len(s.changes)] = out[-2 - len(s.changes)].replace("    0. ", "    - ", 1)
+            out += _step_lines("-", s.owner, body[:1].upper() + body[1:], s.changes, s.cite, lang)
     return out
 
 
@@ -149,7 +193,7 @@ def verdict_lines(d: Diagnosis, lang: str) -> list[str]:
     """With no finding: healthy, unless error-looking lines nobody explained are there — never call a crash healthy."""
     if not d.unclaimed:
         return [t(lang, "healthy_parts" if d.input.truncated else "healthy")]
-    return [t(lang, "unknown")] + [f"  line {u['line']} (×{u['count']}): {u['example'][:240]}"
+    return [t(lang, "unknown")] + [f"  {t(lang, 'line_n').format(n=u['line'])} (×{u['count']}): {u['example'][:240]}"
                                    for u in d.unclaimed[:UNKNOWN_SHOWN]]
 
 

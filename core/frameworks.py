@@ -26,7 +26,7 @@ DS_OWNED = frozenset({"clip_grad", "bf16"})
 # job that shows another framework (no DeepSpeed JSON key for a Megatron or HF job, no Megatron flag for a DeepSpeed
 # one). A job whose framework the log does not show keeps
 # them: the name says whose it is, and `--config` translates it into the user's file.
-CONTAINER = "container"   # job.container: the log shows a container runtime (docker options are given only then)
+CONTAINER = "container"   # job.container: the container runtime the log shows (docker options only for docker)
 _DEEPSPEED_KEYS = ("zero_optimization.", "fp16.", "bf16.", "gradient_clipping", "train_micro_batch_size_per_gpu",
                    "activation_checkpointing.")
 _MEGATRON_FLAGS = frozenset({
@@ -35,9 +35,12 @@ _MEGATRON_FLAGS = frozenset({
     "--rampup-batch-size", "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
     "--straggler-minmax-count", "--tensor-model-parallel-size", "--use-distributed-optimizer",
     "--virtual-pipeline-model-parallel-size", "--optimizer-cpu-offload", "--use-precision-aware-optimizer"})
-# Literal text of a container runtime in a log (a launcher line, an image, a runtime's own message).
-CONTAINER_SIGNS = ("docker", "Docker", "enroot", "pyxis", "apptainer", "Apptainer",
-                   "singularity", "Singularity", "/.dockerenv", "kubernetes", "kubectl", "containerd", "podman")
+# Literal text of a container runtime in a log (a launcher line, an image, a runtime's own message) -> the runtime.
+# Not a bare "docker": the host's docker0 bridge shows in NCCL's interface lines on hosts that run no container.
+CONTAINER_SIGNS = {"docker run": "docker", "docker exec": "docker", "/.dockerenv": "docker", "podman": "docker",
+                   "enroot": "enroot", "pyxis": "enroot", "apptainer": "apptainer", "Apptainer": "apptainer",
+                   "singularity": "apptainer", "Singularity": "apptainer", "kubernetes": "kubernetes",
+                   "kubectl": "kubernetes", "containerd": "kubernetes"}
 
 
 def owner_of(kind: str, name: str) -> str | None:
@@ -111,7 +114,7 @@ VOCAB: dict[str, dict[str, Name]] = {
         DEEPSPEED: Name("config", "gradient_clipping"),
         HF: Name("flag", "--max_grad_norm"),
         LIGHTNING: Name("config", "Trainer(gradient_clip_val=…)"),
-        FSDP: Name("config", "model.clip_grad_norm_(max_norm)", note="FSDP's own method, not torch.nn.utils'", note_ko="torch.nn.utils의 것이 아닌 FSDP 자체 메서드"),
+        FSDP: Name("config", "model.clip_grad_norm_(max_norm=…)", note="FSDP's own method, not torch.nn.utils'", note_ko="torch.nn.utils의 것이 아닌 FSDP 자체 메서드"),
     },
     "bf16": {
         MEGATRON: Name("flag", "--bf16", drop=("flag", "--fp16", "fp16", None)),
@@ -151,7 +154,8 @@ VOCAB: dict[str, dict[str, Name]] = {
     },
     "shard_optimizer": {   # shard optimizer state (and gradients where the engine can) across data-parallel ranks
         DEEPSPEED: Name("config", "zero_optimization.stage", value=lambda v: 2 if v is True else v),
-        FSDP: Name("config", "ShardingStrategy", value=lambda v: "SHARD_GRAD_OP" if v is True else v),
+        FSDP: Name("config", "FSDP(model, sharding_strategy=…)",
+                   value=lambda v: "ShardingStrategy.SHARD_GRAD_OP" if v is True else v),
         MEGATRON: Name("flag", "--use-distributed-optimizer"),
         HF: Name("flag", "--fsdp", value=lambda v: "shard_grad_op" if v is True else v),
         LIGHTNING: Name("config", "Trainer(strategy=…)", value=lambda v: "deepspeed_stage_2" if v is True else v),

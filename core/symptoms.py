@@ -61,7 +61,7 @@ _REGISTRY: tuple[Symptom, ...] = (
             ("bytes", "cause", "count", "device", "dmabuf", "error", "function", "hosts", "mem_type", "rc", "ruled_out"),
             host_facts={F.HOSTS: F.ROLE_INVOLVED}),
     Symptom("tcp_fallback", "efa", "error", 8, "TCP sockets instead of EFA/IB", "EFA/IB 대신 TCP 소켓으로 통신",
-            ("expected_because", "fabric", "net_plugin_missing", F.SOCKET_HOSTS, "socket_interfaces", "rdma_hosts"),
+            ("expected_because", "fabric", "bootstrap_off_en", "net_plugin_missing", F.SOCKET_HOSTS, "socket_interfaces", "rdma_hosts"),
             causes=("efa_provider_missing", "version_mismatch"),
             host_facts={F.SOCKET_HOSTS: F.ROLE_TCP_FALLBACK}, report=CONFIGURATION),
     Symptom("efa_provider_missing", "efa", "critical", 4, "No EFA provider in libfabric",

@@ -3,9 +3,9 @@
 efa_mr_registration: aws-ofi-nccl or libfabric's EFA provider could not register a memory region.
 tcp_fallback and efa_provider_missing: which network NCCL really moves data over.
 
-Sockets for bootstrap or the out-of-band channel are healthy. The data path over sockets is a fallback only when
-the log shows EFA or InfiniBand was expected (a net plugin or IB device was looked for, the job spans nodes, or
-the instance has EFA); a single-node run with no RDMA in sight legitimately uses sockets.
+Sockets for bootstrap or the out-of-band channel are healthy. The data path over sockets is a fallback only when the
+log shows EFA or InfiniBand was expected (a net plugin or IB device was looked for, the job spans nodes, or the
+instance has EFA); a single-node run with no RDMA in sight legitimately uses sockets.
 
 fork_enomem: os.fork() fails with ENOMEM when DataLoader workers start (huge pages pinned by EFA)."""
 from __future__ import annotations
@@ -300,9 +300,8 @@ class TransportParser(Parser):
         family = str(ctx.job.get("instance_family", ""))
         if family in _EFA_FAMILIES:
             reasons.add("efa_instance")
-        if len(ctx.hosts | self.socket_hosts) > 1 or self.net_channels or (self.nodes or 0) > 1 or self.labelled_nodes:
-            reasons.add("multi_node")
-        if ctx.world_size and ctx.world_size > 8:
+        if (len(ctx.hosts | self.socket_hosts) > 1 or self.net_channels or (self.nodes or 0) > 1 or self.labelled_nodes
+                or (ctx.world_size or 0) > 8):
             reasons.add("multi_node")
         if (self.nodes == 1 or self._one_host(ctx)) and not reasons & {"multi_node", "efa_instance"}:
             return None   # every rank on one host: NCCL moves data over P2P/SHM there, the socket is bootstrap only
@@ -324,10 +323,9 @@ class TransportParser(Parser):
             f["fabric"] = "efa" if aws else "infiniband"
         if self.ifaces:
             f["socket_interfaces"] = sorted(self.ifaces)
-        if only_socket:
-            f["socket_hosts"] = sorted(only_socket)
-        if self.rdma_hosts:
-            f["rdma_hosts"] = sorted(self.rdma_hosts)
+            if off := [i for i in f["socket_interfaces"] if not i.startswith("en")]:   # (every AWS ENI is en*)
+                f["bootstrap_off_en"] = off
+        f.update({k: sorted(v) for k, v in (("socket_hosts", only_socket), ("rdma_hosts", self.rdma_hosts)) if v})
         cause = ("aws-ofi-nccl runs on libfabric's TCP provider because no EFA provider was usable"
                  if self.ofi_tcp else f"NCCL could not load the network plugin ({f['net_plugin_missing']}), so it used "
                  "its internal socket transport" if "net_plugin_missing" in f else "InfiniBand was switched off (NCCL_IB_DISABLE=1), so data goes over IPoIB sockets"

@@ -279,7 +279,13 @@ def _fill(text: str, scope: dict[str, Any], sep: str = ", ", people: bool = True
 
 
 def _count(n: int) -> str:
-    for unit, size in (("T", 10**12), ("B", 10**9), ("M", 10**6)):
-        if abs(n) >= size:
-            return f"{n / size:.3g}{unit}"
+    """70553706496 -> 70.6B; rounded first, so 999.99B reads 1T, not 1e+03B."""
+    units = (("T", 10**12), ("B", 10**9), ("M", 10**6))
+    for i, (unit, size) in enumerate(units):
+        if abs(n) >= size or i == len(units) - 1 and abs(n) >= 10**6:
+            shown = float(f"{n / size:.3g}")
+            if abs(shown) >= 1000 and i > 0:
+                unit, size = units[i - 1]
+                shown = float(f"{n / size:.3g}")
+            return f"{shown:g}{unit}"
     return str(n)

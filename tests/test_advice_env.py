@@ -127,10 +127,11 @@ def test_a_missing_plugin_is_the_fallback_cause_and_its_step_comes_first(run):
     assert ("command", "fi_info -p efa") in _changes(d)
 
 
-@pytest.mark.parametrize("instance,en", [("p4d.24xlarge", True), (None, False)])
-def test_socket_ifname_en_only_on_p4d_p5(run, instance, en):
+@pytest.mark.parametrize("instance,iface,en", [("p4d.24xlarge", "docker0", True), (None, "docker0", False),
+                                               ("p4d.24xlarge", "ens32", False)])
+def test_socket_ifname_en_only_on_p4d_p5_where_nccl_took_another_interface(run, instance, iface, en):
     head = f"h1:7:7 [0] NCCL INFO NET/OFI Running on {instance} platform\n" if instance else ""
-    d = run(_NO_PLUGIN + head + _SOCKETS)
+    d = run(_NO_PLUGIN + head + _SOCKETS.replace("ens32", iface))
     assert (_changes(d).get(("env", "NCCL_SOCKET_IFNAME")) == (None, "en")) is en
 
 

@@ -113,16 +113,25 @@ def test_tcp_fallback_gives_no_deepspeed_key_to_a_job_without_deepspeed(run):
     assert "zero_optimization.overlap_comm" in _names(run(DS + TCP))
 
 
-def test_docker_options_only_where_a_container_is_in_sight(run):
+def test_docker_options_only_where_docker_is_in_sight(run):
     d = run(TCP)
     assert "--ulimit" not in _names(d) and "ulimit -l" in _names(d)
-    d = run("pyxis: importing docker image: nvcr.io/nvidia/pytorch:25.01-py3\n" + TCP)
-    assert d.job["container"] is True
+    d = run("+ docker run --gpus all --network host nvcr.io/nvidia/pytorch:25.01-py3 torchrun train.py\n" + TCP)
+    assert d.job["container"] == "docker"
     assert "--ulimit" in _names(d) and "ulimit -l" not in _names(d)
+    # near misses: enroot/pyxis has no docker run options; the host's docker0 bridge is no container at all
+    d = run("pyxis: importing docker image: nvcr.io/nvidia/pytorch:25.01-py3\n" + TCP)
+    assert d.job["container"] == "enroot" and "--ulimit" not in _names(d) and "ulimit -l" in _names(d)
+    d = run("h1:7:7 [0] NCCL INFO Bootstrap : Using docker0:172.17.0.1<0>\n" + TCP)
+    assert "container" not in d.job and "--ulimit" not in _names(d)
+
+
+TCP_DOCKER0 = TCP.replace("enp71s0:10.1.70.12", "docker0:172.17.0.1").replace("enp71s0:10.1.70.13", "docker0:172.17.0.1")
 
 
 def test_socket_ifname_en_is_clean_up_after_the_root_cause_not_a_fix(run):
-    d = run(TCP)
+    assert "NCCL_SOCKET_IFNAME" not in _names(run(TCP))   # NCCL already picked an en* interface: nothing to pin
+    d = run(TCP_DOCKER0)
     steps = d.findings[0].steps
     ids = [s.id for s in steps]
     assert "tcp_fallback.socket_ifname_en" in ids

@@ -9,7 +9,7 @@ import pytest
 from bot.render import change_text, diagnosis_text
 from core.models import Change
 
-from test_advice_vocabulary import COLLAPSE, DS, DS_DUMP, HF, TCP
+from test_advice_vocabulary import COLLAPSE, DS, DS_DUMP, HF, TCP, TCP_DOCKER0
 
 
 @pytest.mark.parametrize("change,text", [
@@ -44,7 +44,7 @@ def _blocks(text: str) -> list[str]:
 
 
 def test_four_root_steps_then_the_next_rungs_then_clean_up_last(run):
-    d = run(TCP + "h1:7:7 [0] NCCL INFO RDMAV_FORK_SAFE set by environment to 1\n")
+    d = run(TCP_DOCKER0 + "h1:7:7 [0] NCCL INFO RDMAV_FORK_SAFE set by environment to 1\n")
     text = diagnosis_text(d)
     heads = _blocks(text)
     assert heads[-3:] == ["steps:", "if those are not enough:", "also clean up and check:"]
@@ -66,7 +66,7 @@ def test_a_short_answer_has_no_empty_blocks(run):
 
 
 def test_korean_blocks_are_korean(run):
-    text = diagnosis_text(run(TCP), "ko")
+    text = diagnosis_text(run(TCP_DOCKER0), "ko")
     assert "그래도 부족하면:" in text and "함께 정리·점검할 것:" in text and "정리할 것:" not in text.split("함께 정리·점검할 것:")[1]
 
 
@@ -97,3 +97,14 @@ def test_counts_in_step_texts_read_as_people_write_them(run):
     assert "With 70.6B parameters" in step.text and "70553706496" not in step.text
     from playbooks.engine import _count
     assert (_count(350_000_000), _count(1_200_000_000_000), _count(999_999)) == ("350M", "1.2T", "999999")
+
+
+def test_a_steps_deepspeed_keys_under_one_top_key_paste_as_one_fragment():
+    from bot.render import change_lines
+    lines = change_lines([Change(kind="config", name="zero_optimization.stage", to=3, from_=2),
+                          Change(kind="config", name="zero_optimization.offload_optimizer.device", to="cpu"),
+                          Change(kind="config", name="gradient_clipping", to=0.5)])
+    assert lines == ['"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}   # stage was 2',
+                     '"gradient_clipping": 0.5']
+    one = json.loads("{" + lines[0].split("   #")[0] + "}")
+    assert one["zero_optimization"]["stage"] == 3     # nothing lost when pasted

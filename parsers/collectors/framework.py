@@ -7,7 +7,8 @@ from core import frameworks as F
 from parsers.base import Collector, Context, Hit
 
 _BY_LITERAL = {lit: fw for fw, lits in F.SIGNATURES.items() for lit in lits}
-_BY_LITERAL.update({lit: F.CONTAINER for lit in F.CONTAINER_SIGNS})
+_RUNTIME = dict(F.CONTAINER_SIGNS)
+_BY_LITERAL.update({lit: F.CONTAINER for lit in _RUNTIME})
 _ALL = len(F.SIGNATURES) + 1
 
 
@@ -17,16 +18,19 @@ class FrameworkCollector(Collector):
 
     def __init__(self) -> None:
         self.seen: set[str] = set()
+        self.runtime: str | None = None
 
     def feed(self, hit: Hit) -> None:
         if len(self.seen) == _ALL:
             return
         t = hit.text
+        if F.CONTAINER not in self.seen:
+            self.runtime = next((r for lit, r in _RUNTIME.items() if lit in t), None)
         self.seen.update(fw for lit, fw in _BY_LITERAL.items() if fw not in self.seen and lit in t)
 
     def collect(self, ctx: Context) -> None:
-        if F.CONTAINER in self.seen:
-            ctx.job.setdefault("container", True)
+        if self.runtime:
+            ctx.job.setdefault("container", self.runtime)
         primary, sharding = F.detect(self.seen)
         if primary:
             ctx.job.setdefault("framework", primary)
