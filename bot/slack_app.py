@@ -278,7 +278,8 @@ class SlackBot(FeedbackHandlers):
         if self.triage.store is None:
             respond(text="No store is configured, so there is nothing to report.", response_type="ephemeral")
             return
-        report.post(client, channel, report.last_week(self.triage.store))
+        # only this channel's diagnoses: a report asked for anywhere must not show other (private) channels' ones
+        report.post(client, channel, report.last_week(self.triage.store, (channel,)))
 
     def _question_blocks(self, question: str, lang: str) -> list[dict]:
         sections = self.triage.runbook.search(question)
