@@ -11,7 +11,9 @@ later retry, also in another process after a restart."""
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
+from contextlib import contextmanager
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -20,13 +22,31 @@ from slack_sdk.http_retry import RetryHandler
 log = logging.getLogger("triage.slack")
 MARK = "triage_answer"
 POST = "chat.postMessage"
+_job = threading.local()
+
+
+@contextmanager
+def job(key: str, resumed: bool = False):
+    """Posts made on this thread inside the block are a job's (bot.journal): their keys are the job's key and their
+    order (the same again when a job killed mid-way is run a second time), and in a resumed job each is looked up
+    in Slack before it is posted."""
+    _job.key, _job.n, _job.resumed = key, 0, resumed
+    try:
+        yield
+    finally:
+        _job.key, _job.resumed = None, False
 
 
 def mark(payload: dict[str, Any]) -> dict[str, Any]:
     """The payload with a unique post key in its metadata (kept when it already has one)."""
     if payload.get("metadata"):
         return payload
-    return {**payload, "metadata": {"event_type": MARK, "event_payload": {"post_key": uuid.uuid4().hex}}}
+    if getattr(_job, "key", None):
+        _job.n += 1
+        key = f"{_job.key}.{_job.n}"
+    else:
+        key = uuid.uuid4().hex
+    return {**payload, "metadata": {"event_type": MARK, "event_payload": {"post_key": key}}}
 
 
 def _meta(m: Any) -> dict:
@@ -83,7 +103,12 @@ class NoRepost(RetryHandler):
 def post(client, send, payload: dict[str, Any]):
     """Send a marked post with `send(payload)`; when the reply is lost, look the message up and answer with its ts
     (a stand-in response) instead of failing, or try once more when Slack does not have it and the connection (not
-    Slack) failed. Anything else is raised as it was."""
+    Slack) failed. Anything else is raised as it was. In a resumed job the look-up comes first."""
+    if getattr(_job, "resumed", False):
+        ts = find_posted(client, payload)
+        if ts:
+            log.warning("a resumed job's post was already in Slack; not posted again")
+            return _taken(client, payload, ts)
     try:
         return send(payload)
     except Exception as e:

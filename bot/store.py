@@ -121,6 +121,13 @@ def m008_typed_cause(db: sqlite_utils.Database) -> None:
     db["diagnoses"].add_column("correct_text", str)
 
 
+@migrations()
+def m009_work(db: sqlite_utils.Database) -> None:
+    """Slack work accepted and not finished yet (bot.journal): resumed after a crash."""
+    db["work"].create({"id": int, "created_at": str, "kind": str, "key": str, "owner": str, "request_json": str},
+                      pk="id")
+
+
 def job_key_for(d: Diagnosis, given: str = "") -> str:
     """Which job a log belongs to: the name given, a Slurm job id in the log or file name, else the file name."""
     if given:
