@@ -185,7 +185,7 @@ def cmd_serve(args, settings: Settings) -> int:
     from slack_sdk.errors import SlackApiError, SlackClientError
     _logging()
     mode = settings.require_slack()
-    store = _store(settings)
+    store = _store(settings, write=True)
     store.verify()
     triage = make_triage(settings, store)
     try:

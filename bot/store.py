@@ -144,13 +144,34 @@ class Store:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._local = threading.local()
+        self._uri: str | None = None
+        self.readonly = False   # True when the database can only be read (a read-only file, mount or directory)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = self.db
             db.enable_wal()
             migrations.apply(db)
         except (sqlite3.DatabaseError, OSError) as e:
-            raise StoreError(f"TRIAGE_DB {self.path}: cannot open the database ({e})") from None
+            if not self._open_read_only():
+                raise StoreError(f"TRIAGE_DB {self.path}: cannot open the database ({e})") from None
+
+    def _open_read_only(self) -> bool:
+        """An existing database that cannot be written (read-only file or directory, a full disk before WAL could
+        be set up) is still read: reports and backups work, and each write fails with its own one-line note."""
+        if not self.path.is_file():
+            return False
+        from urllib.parse import quote
+        for mode in ("mode=ro", "immutable=1"):   # immutable: WAL's -shm cannot be created beside it
+            self._local = threading.local()
+            self._uri = f"file:{quote(str(self.path.resolve()))}?{mode}"
+            try:
+                self.db.execute("select count(*) from diagnoses").fetchone()
+            except sqlite3.Error:
+                continue
+            self.readonly = True
+            log.warning("TRIAGE_DB %s cannot be written; reading it only", self.path)
+            return True
+        return False
 
     def verify(self) -> None:
         """PRAGMA quick_check: corrupt pages behind an intact header are found before the bot relies on them."""
@@ -175,7 +196,8 @@ class Store:
         try:
             yield db
         except BaseException:
-            db.conn.execute("ROLLBACK")
+            if db.conn.in_transaction:   # SQLite already rolled back after SQLITE_FULL: keep that error
+                db.conn.execute("ROLLBACK")
             raise
         db.conn.execute("COMMIT")
 
@@ -183,7 +205,8 @@ class Store:
     def db(self) -> sqlite_utils.Database:
         db = getattr(self._local, "db", None)
         if db is None:
-            conn = sqlite3.connect(str(self.path), timeout=10)
+            uri = getattr(self, "_uri", None)
+            conn = sqlite3.connect(uri or str(self.path), uri=uri is not None, timeout=10)
             conn.execute("pragma busy_timeout = 10000")
             conn.execute("pragma foreign_keys = on")
             db = self._local.db = sqlite_utils.Database(conn)
@@ -281,6 +304,9 @@ class Store:
             return True
         except sqlite3.IntegrityError:
             return False
+        except sqlite3.Error as e:   # disk full, read-only: answer (a retry may then be answered again), never drop
+            log.error("event %s not remembered (%s); answering it anyway", event_id, e)
+            return True
 
     @staticmethod
     def _visible(team: str | None, viewer: tuple[str, list[str]] | None) -> tuple[str, list[Any]]:

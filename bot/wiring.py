@@ -31,9 +31,15 @@ def builtin_engine():
     return Engine(load())
 
 
-def store(settings):
-    from bot.store import Store
-    return Store(settings.db)
+def store(settings, write: bool = False):
+    """The store; with write=True (serve, watch: they must remember what they answered) a database that can only be
+    read is refused with one line naming TRIAGE_DB instead of being read only."""
+    from bot.store import Store, StoreError
+    s = Store(settings.db)
+    if write and s.readonly:
+        raise StoreError(f"TRIAGE_DB {settings.db}: the database cannot be written (read-only file, directory or "
+                         "mount); this command must store what it answers")
+    return s
 
 
 def triage(settings, store):
