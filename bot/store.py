@@ -148,12 +148,30 @@ class Store:
         self.readonly = False   # True when the database can only be read (a read-only file, mount or directory)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = self.db
-            db.enable_wal()
-            migrations.apply(db)
+            self._migrate()
         except (sqlite3.DatabaseError, OSError) as e:
             if not self._open_read_only():
                 raise StoreError(f"TRIAGE_DB {self.path}: cannot open the database ({e})") from None
+
+    def _migrate(self, patience: float = 60.0) -> None:
+        """WAL mode and the migrations, also when several processes open a fresh database at once: the migrations
+        run in one write transaction taken up front (BEGIN IMMEDIATE waits for the others), so each sees what the
+        one before it applied; switching to WAL, which cannot wait for a lock, is retried until `patience` runs out."""
+        import random
+        import time
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                db = self.db
+                if db.conn.execute("pragma journal_mode").fetchone()[0].lower() != "wal":
+                    db.enable_wal()
+                with self.write():
+                    migrations.apply(db)
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(random.uniform(0.02, 0.2))
 
     def _open_read_only(self) -> bool:
         """An existing database that cannot be written (read-only file or directory, a full disk before WAL could
