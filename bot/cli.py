@@ -185,7 +185,7 @@ def cmd_serve(args, settings: Settings) -> int:
     from slack_sdk.errors import SlackApiError, SlackClientError
     _logging()
     mode = settings.require_slack()
-    store = _store(settings)
+    store = _store(settings, write=True)
     store.verify()
     triage = make_triage(settings, store)
     try:
@@ -195,6 +195,7 @@ def cmd_serve(args, settings: Settings) -> int:
         return 2
     if app.triage_bot.outbox is not None:
         app.triage_bot.outbox.start(app.client)
+    app.triage_bot.resume()   # work a killed process left unfinished (bot.journal)
     if settings.report_channel:
         _schedule_reports(settings, triage, app)
     if mode == "socket":

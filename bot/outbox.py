@@ -12,13 +12,13 @@ from typing import Any, Callable
 
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from bot.post_once import find_posted, mark
 from bot.store import Store, now
 
 log = logging.getLogger("triage.outbox")
 BACKOFF = (5, 30, 120, 600, 1800, 3600)  # seconds before attempt 2, 3, …; the last repeats
 MAX_ATTEMPTS = 24
 LEASE_S = 120      # a claimed item goes back to the others if its poster has not finished by then
-MARK = "triage_answer"
 
 
 def _transient(e: Exception) -> bool:
@@ -37,7 +37,9 @@ class Outbox:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
 
     def post(self, client, payload: dict[str, Any], diagnosis_id: int | None = None) -> str | None:
-        """chat.postMessage now; on a transient failure keep it for later. Returns the message ts when sent."""
+        """chat.postMessage now; on a transient failure keep it for later. Returns the message ts when sent. The post
+        carries its key (bot.post_once) from the first attempt, so a retry can find it when Slack took it after all."""
+        payload = mark(payload)
         try:
             resp = client.chat_postMessage(**payload)
         except Exception as e:
@@ -51,12 +53,11 @@ class Outbox:
     def _enqueue(self, payload: dict[str, Any], diagnosis_id: int | None, why: str) -> None:
         due = (datetime.now(timezone.utc) + timedelta(seconds=BACKOFF[0])).isoformat(timespec="seconds")
         with self.store.write():
-            oid = self.store.db["outbox"].insert({
-                "created_at": now(), "diagnosis_id": diagnosis_id, "payload_json": "", "attempts": 1,
-                "next_at": due, "status": "pending", "last_error": why}).last_pk
-            # the item's id travels in the message's metadata, so a later retry can see it was already posted
-            marked = {**payload, "metadata": {"event_type": MARK, "event_payload": {"outbox_id": oid}}}
-            self.store.db["outbox"].update(oid, {"payload_json": json.dumps(marked, ensure_ascii=False)})
+            # the post's key (in its metadata) is kept with it: every retry first looks for it in Slack
+            self.store.db["outbox"].insert({
+                "created_at": now(), "diagnosis_id": diagnosis_id, "payload_json": json.dumps(mark(payload),
+                                                                                             ensure_ascii=False),
+                "attempts": 1, "next_at": due, "status": "pending", "last_error": why})
         log.warning("Slack post failed (%s); answer for diagnosis %s queued for retry", why, diagnosis_id)
 
     def pending(self) -> list[dict[str, Any]]:
@@ -81,8 +82,8 @@ class Outbox:
                 continue
             payload = json.loads(item["payload_json"])
             try:
-                ts = (self._posted_before(client, payload, item["id"]) if item["status"] == "posting" else None) \
-                    or client.chat_postMessage(**payload).get("ts", "")
+                # Slack may hold it already (a reply lost after it took the post, or a poster killed mid-post)
+                ts = find_posted(client, payload) or client.chat_postMessage(**payload).get("ts", "")
             except Exception as e:
                 attempts = item["attempts"] + 1
                 status = "pending" if _transient(e) and attempts < MAX_ATTEMPTS else "failed"
@@ -98,19 +99,6 @@ class Outbox:
             self.on_sent(item["diagnosis_id"], payload["channel"], ts)
             sent += 1
         return sent
-
-    @staticmethod
-    def _posted_before(client, payload: dict[str, Any], outbox_id: int) -> str | None:
-        """A previous poster died after Slack took the message but before it was recorded: find the message by the
-        outbox id in its metadata instead of posting it twice."""
-        kw = {"channel": payload["channel"], "include_all_metadata": True, "limit": 200}
-        resp = client.conversations_replies(ts=payload["thread_ts"], **kw) if payload.get("thread_ts") \
-            else client.conversations_history(**kw)
-        for m in resp.get("messages", []):
-            meta = m.get("metadata") or {}
-            if meta.get("event_type") == MARK and (meta.get("event_payload") or {}).get("outbox_id") == outbox_id:
-                return m.get("ts", "")
-        return None
 
     def start(self, client, every: float = 5.0) -> threading.Thread:
         def loop():

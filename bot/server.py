@@ -2,7 +2,9 @@
 /slack/events (signature-checked by Bolt) and a health check at /healthz."""
 from __future__ import annotations
 
+import functools
 import io
+import itertools
 import logging
 import socket
 import threading
@@ -14,11 +16,46 @@ from urllib.parse import urlparse
 from slack_bolt import App, BoltRequest
 from slack_sdk.signature import SignatureVerifier
 
+from core.redact import mask_secrets
+
 MAX_BODY = 512 << 10   # Slack never sends more (a message holds 40k characters; longer pastes arrive as files)
 READ_TIMEOUT = 10.0        # seconds one request may take to arrive, request line, headers and body together
 MAX_CONNECTIONS = 512      # connections served at once; past that the oldest one still sending its request goes
 WRITE_TIMEOUT = 10.0       # seconds a client may take to read the answer
 log = logging.getLogger("triage.http")
+_SEQ = itertools.count(1)
+
+
+def _logged(fn):
+    """One log line per request, however it ends: its id, kind, status (- when the connection dropped) and ms,
+    masked for secrets."""
+    @functools.wraps(fn)
+    def run(self):
+        self.status, self.kind, self.rid, t0 = None, word(self.command).lower(), "", time.monotonic()
+        try:
+            fn(self)
+        finally:
+            ms = round((time.monotonic() - t0) * 1000)
+            log.info(mask_secrets(f"request id={self.rid or 'r%d' % next(_SEQ)} kind={self.kind} "
+                                  f"status={self.status or '-'} ms={ms}"))
+    return run
+
+
+def word(x) -> str:
+    """What came from a client, as one short token for a log line (no spaces, no control characters)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "/_.-") else "?" for c in str(x or "-"))[:60]
+
+
+def describe(body: dict) -> tuple[str, str]:
+    """(kind, id) of a Slack request for the log: the event's type and id, the command, the action or shortcut."""
+    kind = body.get("type") or ("command" if body.get("command") else "unknown")
+    if kind == "event_callback":
+        return f"event:{word((body.get('event') or {}).get('type'))}", word(body.get("event_id"))
+    if kind == "command":
+        return f"command:{word(body.get('command'))}", word(body.get("trigger_id"))
+    actions = body.get("actions") or [{}]
+    what = body.get("callback_id") or (body.get("view") or {}).get("callback_id") or actions[0].get("action_id")
+    return f"{word(kind)}:{word(what)}", word(body.get("trigger_id") or "")
 
 
 def make_server(app: App, host: str, port: int, signing_secret: str | None = None) -> ThreadingHTTPServer:
@@ -34,6 +71,7 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
             log.debug("%s %s", self.command, self.path.split("?")[0])
 
         def _send(self, status: int, body: bytes, headers: dict | None = None) -> None:
+            self.status = status
             self.send_response(status)
             for k, v in (headers or {}).items():
                 for item in (v if isinstance(v, list) else [v]):
@@ -42,13 +80,16 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
             self.end_headers()
             self.wfile.write(body)
 
+        @_logged
         def do_GET(self):
+            self.kind = "get:" + word(urlparse(self.path).path)
             self.arrived()
             if urlparse(self.path).path == "/healthz":
                 self._send(200, b'{"ok": true}', {"Content-Type": "application/json"})
             else:
                 self._send(404, b"not found")
 
+        @_logged
         def do_POST(self):
             parsed = urlparse(self.path)
             if parsed.path != "/slack/events":
@@ -70,6 +111,7 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
             if not isinstance(req.body, dict):   # signed but not an object ([1], "x", null): Slack never sends one
                 self._send(400, b"malformed request body")
                 return
+            self.kind, self.rid = describe(req.body)
             early = verifier is not None and req.body.get("type") == "event_callback"
             if early:   # Bolt answers an event with an empty 200 anyway: say it now, then let Bolt run it
                 self._send(200, b"")

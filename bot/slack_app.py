@@ -14,12 +14,14 @@ from slack_sdk import WebClient
 from bot import slack_blocks as kit
 from bot.i18n import t
 from bot.mrkdwn import outgoing, runbook_links
+from bot.journal import Journal, crash_point
 from bot.outbox import Outbox
 from bot.ratelimit import RateLimiter
 from bot.render import diagnosis_text
 from bot.service import Triage
 from bot.settings import Settings
 from bot.slack_feedback import FeedbackHandlers
+from bot.slack_work import NOT_HERE, WorkHandlers
 from bot.slack_calls import react
 from bot.slack_config import diff_blocks, split_configs
 from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
@@ -34,7 +36,6 @@ log = logging.getLogger("triage.slack")
 # Bolt reads SLACK_BOT_TOKEN from the environment itself and then warns that the client we pass (which carries the
 # same token and, in tests, another base URL) wins. That is what we want: keep the start-up output clean.
 log.addFilter(lambda record: "will be unused" not in record.getMessage())
-NOT_HERE = "Train Triage is not enabled in this channel. Ask an admin to add it to TRIAGE_ALLOWED_CHANNELS."
 
 
 def create_app(settings: Settings, triage: Triage, client: WebClient | None = None) -> App:
@@ -52,7 +53,7 @@ def create_app(settings: Settings, triage: Triage, client: WebClient | None = No
     return app
 
 
-class SlackBot(FeedbackHandlers):
+class SlackBot(FeedbackHandlers, WorkHandlers):
     def __init__(self, settings: Settings, triage: Triage, token: str):
         self.settings = settings
         self.triage = triage
@@ -67,64 +68,9 @@ class SlackBot(FeedbackHandlers):
         store = triage.store
         self.outbox = Outbox(store, on_sent=lambda did, ch, ts: did and ts and store.set_message(did, ch, ts)) \
             if store else None
+        self.journal = Journal(store) if store else None   # accepted work, resumed after a crash (bot.journal)
         self.work = WorkQueue(workers=2)
         self.client: WebClient | None = None   # create_app's client (bot.wiring.slack_client: defuses mrkdwn)
-
-    def offload(self, fn):
-        """Run a heavy listener on the bot's own pool; Bolt's threads stay free to ack within Slack's 3 s."""
-        @functools.wraps(fn)
-        def submit(**kwargs):
-            def run():
-                try:
-                    fn(**kwargs)
-                except Exception as e:
-                    log.error("%s failed: %s", fn.__name__, type(e).__name__)
-            command = kwargs.get("command")
-            if command is not None:   # a /diagnose: its ack says why when it is not admitted
-                if not self.admit(command):
-                    self.work.submit(run, reserved=True)
-            elif not self.work.submit(run):
-                self._busy(**kwargs)
-        return submit
-
-    def admit(self, command: dict) -> str:
-        """'' when this /diagnose runs (its place in the work queue is then reserved), else what to answer instead.
-        Decided once per command, whichever of its ack and its lazy listener asks first."""
-        key = command.get("trigger_id") or command.get("response_url") or ""
-        with self._admit_lock:
-            if key in self._admission:
-                return self._admission[key]
-            text = (command.get("text") or "").strip()
-            user = command.get("user_id", "")
-            if not self.allowed(command.get("channel_id")):
-                decision = NOT_HERE
-            elif kit.is_help(text):
-                decision = kit.USAGE
-            elif not self.limiter.allow(user):
-                decision = self.limiter.message(user)
-            elif not self.work.reserve():
-                decision = self.work.message()
-            else:
-                decision = ""
-            self._admission[key] = decision
-            while len(self._admission) > 1000:
-                self._admission.popitem(last=False)
-            return decision
-
-    def _busy(self, client: WebClient, event: dict | None = None, body: dict | None = None, respond=None,
-              command: dict | None = None, **_) -> None:
-        """The queue is full: say so where the answer would have gone (a /diagnose is told at its ack instead)."""
-        try:
-            if respond is not None:
-                respond(text=self.work.message(), response_type="ephemeral")
-            elif event is not None:
-                client.chat_postMessage(channel=event["channel"], thread_ts=event.get("thread_ts") or event["ts"],
-                                        text=self.work.message())
-            elif body is not None and body.get("type") == "message_action":
-                client.chat_postEphemeral(channel=body.get("channel", {}).get("id", ""),
-                                          user=body.get("user", {}).get("id", ""), text=self.work.message())
-        except Exception as e:
-            log.warning("could not say the bot is busy: %s", type(e).__name__)
 
     def lang(self, client: WebClient, user: str | None) -> str:
         """The asker's language from their Slack locale (users.info), remembered per user."""
@@ -154,10 +100,12 @@ class SlackBot(FeedbackHandlers):
         payload = {"channel": channel, "blocks": blocks, "text": text}
         if thread_ts:
             payload["thread_ts"] = thread_ts
+        crash_point("before-post")   # tests only: kill -9 between storing a diagnosis and posting it
         if self.outbox is not None:
             ts = self.outbox.post(client, payload, did)
         else:
             ts = client.chat_postMessage(**payload)["ts"]
+        crash_point("after-post")
         if ts and cut and not self._attach_full(client, channel, thread_ts, d, did, lang):
             try:
                 client.chat_postMessage(channel=channel, thread_ts=thread_ts or ts, text=kit.ATTACH_FAILED)
@@ -278,7 +226,8 @@ class SlackBot(FeedbackHandlers):
         if self.triage.store is None:
             respond(text="No store is configured, so there is nothing to report.", response_type="ephemeral")
             return
-        report.post(client, channel, report.last_week(self.triage.store))
+        # only this channel's diagnoses: a report asked for anywhere must not show other (private) channels' ones
+        report.post(client, channel, report.last_week(self.triage.store, (channel,)))
 
     def _question_blocks(self, question: str, lang: str) -> list[dict]:
         sections = self.triage.runbook.search(question)

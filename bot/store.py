@@ -121,6 +121,13 @@ def m008_typed_cause(db: sqlite_utils.Database) -> None:
     db["diagnoses"].add_column("correct_text", str)
 
 
+@migrations()
+def m009_work(db: sqlite_utils.Database) -> None:
+    """Slack work accepted and not finished yet (bot.journal): resumed after a crash."""
+    db["work"].create({"id": int, "created_at": str, "kind": str, "key": str, "owner": str, "request_json": str},
+                      pk="id")
+
+
 def job_key_for(d: Diagnosis, given: str = "") -> str:
     """Which job a log belongs to: the name given, a Slurm job id in the log or file name, else the file name."""
     if given:
@@ -137,13 +144,52 @@ class Store:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._local = threading.local()
+        self._uri: str | None = None
+        self.readonly = False   # True when the database can only be read (a read-only file, mount or directory)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = self.db
-            db.enable_wal()
-            migrations.apply(db)
+            self._migrate()
         except (sqlite3.DatabaseError, OSError) as e:
-            raise StoreError(f"TRIAGE_DB {self.path}: cannot open the database ({e})") from None
+            if not self._open_read_only():
+                raise StoreError(f"TRIAGE_DB {self.path}: cannot open the database ({e})") from None
+
+    def _migrate(self, patience: float = 60.0) -> None:
+        """WAL mode and the migrations, also when several processes open a fresh database at once: the migrations
+        run in one write transaction taken up front (BEGIN IMMEDIATE waits for the others), so each sees what the
+        one before it applied; switching to WAL, which cannot wait for a lock, is retried until `patience` runs out."""
+        import random
+        import time
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                db = self.db
+                if db.conn.execute("pragma journal_mode").fetchone()[0].lower() != "wal":
+                    db.enable_wal()
+                with self.write():
+                    migrations.apply(db)
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(random.uniform(0.02, 0.2))
+
+    def _open_read_only(self) -> bool:
+        """An existing database that cannot be written (read-only file or directory, a full disk before WAL could
+        be set up) is still read: reports and backups work, and each write fails with its own one-line note."""
+        if not self.path.is_file():
+            return False
+        from urllib.parse import quote
+        for mode in ("mode=ro", "immutable=1"):   # immutable: WAL's -shm cannot be created beside it
+            self._local = threading.local()
+            self._uri = f"file:{quote(str(self.path.resolve()))}?{mode}"
+            try:
+                self.db.execute("select count(*) from diagnoses").fetchone()
+            except sqlite3.Error:
+                continue
+            self.readonly = True
+            log.warning("TRIAGE_DB %s cannot be written; reading it only", self.path)
+            return True
+        return False
 
     def verify(self) -> None:
         """PRAGMA quick_check: corrupt pages behind an intact header are found before the bot relies on them."""
@@ -168,7 +214,8 @@ class Store:
         try:
             yield db
         except BaseException:
-            db.conn.execute("ROLLBACK")
+            if db.conn.in_transaction:   # SQLite already rolled back after SQLITE_FULL: keep that error
+                db.conn.execute("ROLLBACK")
             raise
         db.conn.execute("COMMIT")
 
@@ -176,7 +223,8 @@ class Store:
     def db(self) -> sqlite_utils.Database:
         db = getattr(self._local, "db", None)
         if db is None:
-            conn = sqlite3.connect(str(self.path), timeout=10)
+            uri = getattr(self, "_uri", None)
+            conn = sqlite3.connect(uri or str(self.path), uri=uri is not None, timeout=10)
             conn.execute("pragma busy_timeout = 10000")
             conn.execute("pragma foreign_keys = on")
             db = self._local.db = sqlite_utils.Database(conn)
@@ -274,6 +322,9 @@ class Store:
             return True
         except sqlite3.IntegrityError:
             return False
+        except sqlite3.Error as e:   # disk full, read-only: answer (a retry may then be answered again), never drop
+            log.error("event %s not remembered (%s); answering it anyway", event_id, e)
+            return True
 
     @staticmethod
     def _visible(team: str | None, viewer: tuple[str, list[str]] | None) -> tuple[str, list[Any]]:

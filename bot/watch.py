@@ -166,7 +166,7 @@ def cmd_watch(args, settings) -> int:
     if why:
         print(f"triage: {why}", file=sys.stderr)
         return 2
-    watcher = Watcher(args.dir, Notifier(settings, store(settings), args.channel, args.lang),
+    watcher = Watcher(args.dir, Notifier(settings, store(settings, write=True), args.channel, args.lang),
                       settle, max_age)
     stop = threading.Event()
     if args.once:

@@ -31,9 +31,15 @@ def builtin_engine():
     return Engine(load())
 
 
-def store(settings):
-    from bot.store import Store
-    return Store(settings.db)
+def store(settings, write: bool = False):
+    """The store; with write=True (serve, watch: they must remember what they answered) a database that can only be
+    read is refused with one line naming TRIAGE_DB instead of being read only."""
+    from bot.store import Store, StoreError
+    s = Store(settings.db)
+    if write and s.readonly:
+        raise StoreError(f"TRIAGE_DB {settings.db}: the database cannot be written (read-only file, directory or "
+                         "mount); this command must store what it answers")
+    return s
 
 
 def triage(settings, store):
@@ -64,16 +70,25 @@ def safe_client_class():
 
     from bot.mrkdwn import defuse_payload
 
+    from bot import post_once
+
     class SafeWebClient(WebClient):
-        """A WebClient whose every call has its text fields defused (bot.mrkdwn) just before it is sent."""
+        """A WebClient whose every call has its text fields defused (bot.mrkdwn) just before it is sent, and whose
+        chat.postMessage is posted once however its reply is lost (bot.post_once)."""
 
         def __init__(self, *args, links: tuple[str, ...] = (), **kwargs):
             super().__init__(*args, **kwargs)
             self.links = links
+            self.retry_handlers = [post_once.NoRepost(h) for h in self.retry_handlers]
 
         def api_call(self, api_method, *, http_verb="POST", files=None, data=None, params=None, json=None,
                      headers=None, auth=None):
             data, params, json = (defuse_payload(x, self.links) if x else x for x in (data, params, json))
-            return super().api_call(api_method, http_verb=http_verb, files=files, data=data, params=params,
-                                    json=json, headers=headers, auth=auth)
+
+            def send(body):
+                return super(SafeWebClient, self).api_call(api_method, http_verb=http_verb, files=files, data=data,
+                                                           params=params, json=body, headers=headers, auth=auth)
+            if api_method == post_once.POST and isinstance(json, dict) and json.get("channel"):
+                return post_once.post(self, send, post_once.mark(json))
+            return send(json)
     return SafeWebClient

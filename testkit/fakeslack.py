@@ -31,6 +31,9 @@ class FakeSlack:
         self.files: dict[str, bytes] = {}
         self.file_auth: list[str] = []
         self.fail: dict[str, tuple[int, dict]] = {}  # method -> (http status, json)
+        # method -> faults for its next calls, one per call: "503" or "drop" (the connection closes with no reply),
+        # each "…-after" (Slack did the work, then the reply was lost) or "…-before" (nothing was done)
+        self.faults: dict[str, list[str]] = {}
         self.memberships: dict[str, list[str]] = {}  # user -> channel ids (users.conversations)
         self.users: dict[str, dict] = {}
         self.socket_url = ""  # what apps.connections.open hands out (a testkit/fakesocket.py server)
@@ -124,6 +127,11 @@ class FakeSlack:
             return 200, {"ok": True, "files": [{"id": f["id"], "title": f.get("title", "")} for f in files]}
         return 200, {"ok": True}
 
+    def _fault(self, method: str) -> str:
+        with self.cond:
+            queue = self.faults.get(method)
+            return queue.pop(0) if queue else ""
+
     def _record(self, method: str, params: dict[str, Any]) -> None:
         with self.cond:
             self.calls.append((method, params))
@@ -183,7 +191,14 @@ class FakeSlack:
                 if path.startswith("/api/"):
                     method = path[5:]
                     fake._record(method, params)
-                    status, obj = fake.api_call(method, params)
+                    fault = fake._fault(method)
+                    if not fault.endswith("-before"):
+                        status, obj = fake.api_call(method, params)
+                    if fault.startswith("drop"):
+                        self.close_connection = True   # the work is done (or not): no reply at all
+                        return
+                    if fault.startswith("503"):
+                        status, obj = 503, {"ok": False, "error": "service_unavailable"}
                     self._json(status, obj)
                     return
                 self._json(404, {"ok": False, "error": "unknown_path"})

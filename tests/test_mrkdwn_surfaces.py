@@ -22,7 +22,7 @@ def test_weekly_report_summary_from_slash_report_shows_planted_text_inert(slack_
     h = slack_bot()
     for n in (17, 23):   # the same unrecognised error in two diagnoses: 'Write a playbook for …' in tune_next
         line = f"RuntimeError: Checkpoint shard {n} lost {PING} {LINK}\n"
-        h.store.record(run(line), line.encode(), source="cli", job_key=f"job-{n}")
+        h.store.record(run(line), line.encode(), source="slash", channel="C1", job_key=f"job-{n}")
     h.slash("report", channel="C1")
     h.fake.wait_calls("files.completeUploadExternal")
     summary = h.fake.called("chat.postMessage")[0]["text"]

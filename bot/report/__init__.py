@@ -21,8 +21,9 @@ class Report:
         return markdown.summary(self.data)
 
 
-def make(store: Store, since: datetime, until: datetime, out: Path) -> Report:
-    data = build(store, since, until)
+def make(store: Store, since: datetime, until: datetime, out: Path,
+         channels: tuple[str, ...] | None = None) -> Report:
+    data = build(store, since, until, channels)
     out.mkdir(parents=True, exist_ok=True)
     pngs = charts.draw_all(data, out)
     md = out / "report.md"
@@ -30,12 +31,13 @@ def make(store: Store, since: datetime, until: datetime, out: Path) -> Report:
     return Report(data, md, pngs)
 
 
-def last_week(store: Store) -> Report:
-    """The report for the 7 days up to now, written to a fresh temporary directory (for posting)."""
+def last_week(store: Store, channels: tuple[str, ...] | None = None) -> Report:
+    """The report for the 7 days up to now (only `channels`' diagnoses when given), written to a fresh temporary
+    directory (for posting)."""
     import tempfile
     from datetime import timedelta, timezone
     now = datetime.now(timezone.utc)
-    return make(store, now - timedelta(days=7), now, Path(tempfile.mkdtemp(prefix="triage-report-")))
+    return make(store, now - timedelta(days=7), now, Path(tempfile.mkdtemp(prefix="triage-report-")), channels)
 
 
 def post(client, channel: str, report: Report, thread_ts: str | None = None) -> None:

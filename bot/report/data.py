@@ -81,15 +81,27 @@ class ReportData:
     wrong: list[dict[str, Any]] = field(default_factory=list)
     tune_next: list[dict[str, Any]] = field(default_factory=list)
     unreadable: list[int] = field(default_factory=list)   # diagnoses whose stored JSON is damaged: left out
+    channels: tuple[str, ...] | None = None   # the report covers only these channels' diagnoses (None: all)
 
 
-def build(store: Store, since: datetime, until: datetime) -> ReportData:
-    r = ReportData(since, until)
+def _scope(channels: tuple[str, ...] | None) -> tuple[str, list[str]]:
+    """SQL (and its arguments) that keeps only the rows of the given channels; nothing when channels is None."""
+    if channels is None:
+        return "", []
+    marks = ", ".join("?" for _ in channels) or "''"
+    return f" and channel in ({marks})", list(channels)
+
+
+def build(store: Store, since: datetime, until: datetime, channels: tuple[str, ...] | None = None) -> ReportData:
+    """The report over [since, until]; with `channels` only the diagnoses made in those channels (a report asked
+    for in one channel must not show another's, private ones least of all)."""
+    r = ReportData(since, until, channels=channels)
     span = until - since
-    rows = list(store.db.query("select * from diagnoses where created_at >= ? and created_at <= ? order by id",
-                               [_iso(since), _iso(until)]))
-    prev = list(store.db.query("select top_symptom from diagnoses where created_at >= ? and created_at < ?",
-                               [_iso(since - span), _iso(since)]))
+    where, scope = _scope(channels)
+    rows = list(store.db.query(f"select * from diagnoses where created_at >= ? and created_at <= ?{where} order by id",
+                               [_iso(since), _iso(until), *scope]))
+    prev = list(store.db.query(f"select top_symptom from diagnoses where created_at >= ? and created_at < ?{where}",
+                               [_iso(since - span), _iso(since), *scope]))
     r.total, r.previous_total = len(rows), len(prev)
     r.previous_by_symptom = Counter(p["top_symptom"] for p in prev if p["top_symptom"] != "none")
     docs = {row["id"]: load_doc(row["diagnosis_json"], row["id"]) for row in rows}
@@ -179,8 +191,9 @@ def _changes(r: ReportData, rows: list[dict], docs: dict[int, dict], store: Stor
     for rec in recs.values():
         applied = []
         for job, first_at in rec["jobs"].items():
-            later = store.db.query("select id, diagnosis_json from diagnoses where job_key = ? and created_at > ?",
-                                   [job, first_at])
+            where, scope = _scope(r.channels)
+            later = store.db.query(f"select id, diagnosis_json from diagnoses where job_key = ? and created_at > ?"
+                                   f"{where}", [job, first_at, *scope])
             if any(_applied(rec, (load_doc(x["diagnosis_json"], x["id"]) or {}).get("job") or {}) for x in later):
                 applied.append(job)
         rec["jobs_recommended"] = len(rec["jobs"])

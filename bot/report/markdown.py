@@ -29,9 +29,7 @@ def render(r: ReportData, charts: list[Path]) -> str:
     span = f"{r.since:%Y-%m-%d %H:%M} – {r.until:%Y-%m-%d %H:%M} UTC"
     out = ["# Train Triage weekly tuning report", "", f"Period: {span}. Diagnoses: {r.total} "
            f"(previous period: {r.previous_total}, {_delta(r.total, r.previous_total)}).", ""]
-    if r.unreadable:
-        out += [f"Note: {len(r.unreadable)} stored diagnosis(es) could not be read and are left out of the sections "
-                f"below ({_ids(r.unreadable)}).", ""]
+    out += _notes(r)
     if r.tune_next:
         out += ["## Tune this next", ""]
         out += [f"{i}. {t['text']} — evidence: {t['evidence']} ({_ids(t['ids'])})" for i, t in enumerate(r.tune_next[:10], 1)]
@@ -153,11 +151,23 @@ def _training(r: ReportData, names: set[str] = frozenset()) -> list[str]:
     return out
 
 
+def _notes(r: ReportData) -> list[str]:
+    """What the reader must know before the figures: the channels they cover, rows left out."""
+    out = []
+    if r.channels is not None:
+        out += [f"Scope: diagnoses made in {', '.join(r.channels) or 'no channel'} only.", ""]
+    if r.unreadable:
+        out += [f"Note: {len(r.unreadable)} stored diagnosis(es) could not be read and are left out of the sections "
+                f"below ({_ids(r.unreadable)}).", ""]
+    return out
+
+
 def summary(r: ReportData) -> str:
     """The short Slack message that goes with the files (mrkdwn: what came from a log is escaped)."""
     from bot.slack_blocks import esc
     top = esc(", ".join(f"{s} {n}" for s, n in r.by_symptom.most_common(3)) or "none")
-    lines = [f":bar_chart: *Weekly tuning report* — {r.total} diagnoses ({_delta(r.total, r.previous_total)} vs the "
+    scope = " in this channel" if r.channels is not None else ""
+    lines = [f":bar_chart: *Weekly tuning report* — {r.total} diagnoses{scope} ({_delta(r.total, r.previous_total)} vs the "
              f"previous period). Top: {top}."]
     lines += [f"• {esc(t['text'])} ({esc(str(t['evidence']))})" for t in r.tune_next[:3]]
     return "\n".join(lines)
