@@ -110,13 +110,21 @@ def _spike(f: Finding, x: dict) -> str:
             f"(최근 중앙값의 {x.get('ratio')}배)")
 
 
+_CONDITIONS = {"init_failed": "드라이버가 GPU를 초기화하지 못함 (RmInitAdapter 실패)", "gpu_lost": "드라이버가 GPU를 잃음",
+               "gpu_missing": "nvidia-smi가 PCI 버스의 GPU 일부를 보여 주지 않음",
+               "ecc_uncorrectable": "GPU 메모리에 정정할 수 없는 ECC 오류", "gsp_timeout": "GPU의 GSP 펌웨어가 응답하지 않음",
+               "row_remap_failure": "행 재매핑 실패", "row_remap_pending": "메모리 수리(행 재매핑)가 리셋을 기다림",
+               "page_retirement_pending": "메모리 수리(페이지 폐기)가 리셋을 기다림",
+               "amd_hw_exception": "ROCm 런타임이 GPU 하드웨어 예외를 보고함"}
+
+
 def _xid(f: Finding, x: dict) -> str:
-    if not x.get("xids") and "init_failed" in x.get("conditions", []):
-        return f"드라이버가 GPU를 초기화하지 못함 (RmInitAdapter 실패); {_ACTIONS['drain']}"
-    ids = ", ".join(str(e.get("xid")) for e in x.get("xids", []) if isinstance(e, dict)) or "?"
+    ids = ", ".join(str(e.get("xid")) for e in x.get("xids", []) if isinstance(e, dict))
     where = x.get("hosts") or x.get("action_pci")
     hosts = f" ({', '.join(where[:3])})" if where else ""
-    return f"GPU Xid {ids}{hosts}; {_ACTIONS.get(x.get('action'), '하드웨어 점검이 필요합니다')}"
+    what = f"GPU Xid {ids}" if ids else next((_CONDITIONS[c] for c in x.get("conditions", []) if c in _CONDITIONS),
+                                             "GPU 하드웨어 오류")
+    return f"{what}{hosts}; {_ACTIONS.get(x.get('action'), '하드웨어 점검이 필요합니다')}"
 
 
 _BUILDERS: dict[str, Callable[[Finding, dict], str]] = {

@@ -75,7 +75,7 @@ _REGISTRY: tuple[Symptom, ...] = (
             ("first_nan_epoch", "first_nan_iteration", "first_nan_line", "grad_norm_nan_points", "last_finite_loss",
              "loss_term", "min_loss_scale", "nan_iterations", "nan_points", "overflow_skips", "persists"), report=TRAINING),
     Symptom("gpu_xid", "gpu", "critical", 0, "GPU hardware or driver error (Xid)", "GPU 하드웨어/드라이버 오류(Xid)",
-            ("action", "action_pci", "conditions", "gpus_listed", "gpus_on_pci", "hosts", "pci", "xids"),
+            ("action", "action_pci", "conditions", "gpus_listed", "gpus_on_pci", "hosts", "pci", "vendor", "xids"),
             host_facts={F.HOSTS: F.ROLE_INVOLVED}, report=HARDWARE),
     Symptom("nvlink_inactive", "gpu", "critical", 1, "NVLink links down", "NVLink 링크 다운",
             ("down_count", "links_down", "dcgm_diag_failed", "fabric_down", "link_error", "gpu_model",

@@ -42,6 +42,9 @@ _TERM_NAN = rx(r"(?i)(?:([\w./-]*loss[\w./-]*)['\"]?\s*[:=]\s*['\"]?(?:tensor\(|
 _RUNNING_AVG = re.compile(r"\s*\(\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|nan|inf)\s*\)")
 _BOUND_KEY = ("best", "min", "max", "prev", "scale", "lowest")
 _NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)", needs=("nan iterations",))
+# a trainer's own check that stops on a non-finite gradient norm (Megatron: "found NaN in local grad norm in
+# backwards pass"; its Inf and "grad-norm" spellings)
+_NAN_FOUND = rx(r"(?i)found (?:nan|inf)\w* in (?:the )?(?:local )?grad(?:ient)?[ -]norm", needs=("found",), fold=True)
 
 
 def _str(text) -> str:
@@ -166,6 +169,10 @@ class LossParser(Parser):
         if "OVERFLOW" in t or "overflow" in t or "scale" in t.lower():
             self.scale.read(hit, t)
         if any(s in t for s in _SKIP):
+            return
+        if search(_NAN_FOUND, t):
+            self.grad_nan += 1
+            self.nan_ev.hit(hit)
             return
         m = search(_NAN_ITERS, t)
         if m and int(m.group(1)) > 0:

@@ -66,6 +66,8 @@ _ECC_RT = rx(r"uncorrectable ECC error encountered|ECC error detected.*uncorrect
 _LOST = rx(r"GPU is lost|fallen off the bus|Reset required \[NV_ERR_RESET_REQUIRED\]|Unable to determine the device handle for GPU ?[0-9A-Fa-f:.]+: Unknown Error"
            r"|XidCriticalError: Xid=\d+")
 _INIT = rx(r"RmInitAdapter failed|rm_init_adapter failed|Cannot attach gpu")
+# AMD's ROCm runtime on a GPU fault: "HW Exception by GPU node-9 (Agent handle: 0x…) reason :GPU Hang"
+_AMD_HW = rx(r"HW Exception by GPU node-(\d+).*?reason ?:\s*(.+?)\s*$", needs=("HW Exception by GPU",))
 # the GPU System Processor (GSP) firmware no longer answering the driver: what Xid 119 reports, in the open kernel
 # module's own dmesg lines, which a paste often holds without the Xid line
 _GSP = rx(r"_kgspIsHeartbeatTimedOut: Heartbeat timed out|\*+ GSP Timeout \*+|_kgspLogRpcTimeout",
@@ -84,7 +86,7 @@ class XidParser(Parser):
     triggers = ("NVRM: Xid", "_kgspIsHeartbeatTimedOut", "GSP Timeout", "_kgspLogRpcTimeout", "NV_ERR_RESET_REQUIRED", "uncorrectable ECC error", "uncorrectable memory errors", "row remapping", "GPU is lost", "fallen off the bus", "Remapped Rows", "device handle",
                 "XidCriticalError",
                 "Remapping Failure Occurred", "Uncorrectable", "Pending Page Blacklist", "RmInitAdapter", "rm_init_adapter",
-                "Cannot attach gpu", "NVIDIA-SMI", "0000:", "controller: NVIDIA", "lspci")
+                "Cannot attach gpu", "NVIDIA-SMI", "0000:", "controller: NVIDIA", "lspci", "HW Exception by GPU")
     after = 4
 
     def __init__(self) -> None:
@@ -97,6 +99,7 @@ class XidParser(Parser):
         self.smi_gpus: set[int] = set()
         self.pci_gpus = 0
         self.pci_ev: tuple[int, str] | None = None
+        self.amd: dict[str, str] = {}   # ROCm node -> the reason its runtime gave
 
     def _inventory(self, hit: Hit) -> bool:
         """nvidia-smi table rows and lspci's NVIDIA controllers, to notice a GPU the driver has lost."""
@@ -146,6 +149,12 @@ class XidParser(Parser):
             self.flags.add("gsp_timeout")
             self.ev.hit(hit, t)
             return
+        m = search(_AMD_HW, t)
+        if m:
+            self.flags.add("amd_hw_exception")
+            self.amd[m.group(1)] = m.group(2)
+            self.ev.hit(hit, t)
+            return
         if search(_INIT, t):
             self.flags.add("init_failed")
             self.ev.hit(hit, t)
@@ -181,7 +190,8 @@ class XidParser(Parser):
                 actions.append(action)
             f["xids"] = table
         flag_action = {"gpu_missing": "drain", "row_remap_failure": "drain", "ecc_uncorrectable": "drain", "gpu_lost": "drain", "init_failed": "drain",
-                       "row_remap_pending": "reset", "page_retirement_pending": "reset", "gsp_timeout": "reset"}
+                       "row_remap_pending": "reset", "page_retirement_pending": "reset", "gsp_timeout": "reset",
+                       "amd_hw_exception": "reset"}
         actions += [flag_action[fl] for fl in self.flags]
         if self.flags:
             f["conditions"] = sorted(self.flags)
@@ -190,6 +200,8 @@ class XidParser(Parser):
             f["pci"] = sorted(self.pci)
         if self.hosts:
             f["hosts"] = sorted(self.hosts)
+        if self.amd:
+            f["vendor"] = "amd"
         if self.xids:
             worst = max(f["xids"], key=lambda r: (_ACTION_RANK[r["action"]], r["count"]))
             title = f"GPU Xid {worst['xid']}: {worst['meaning']}"
@@ -212,6 +224,9 @@ class XidParser(Parser):
             title, rule = "Uncorrectable ECC error in GPU memory", "gpu_xid.ecc"
         elif "gsp_timeout" in self.flags:
             title, rule = "The GPU's GSP firmware stopped answering the driver (what Xid 119 reports)", "gpu_xid.gsp_timeout"
+        elif "amd_hw_exception" in self.flags:
+            node, why = next(iter(sorted(self.amd.items())))
+            title, rule = f"The ROCm runtime reports a GPU hardware exception ({why}) on GPU node {node}", "gpu_xid.amd_hw"
         elif "row_remap_failure" in self.flags:
             title, rule = "Row remapping failed on a GPU: its memory cannot be repaired", "gpu_xid.row_remap_failure"
         else:

@@ -42,7 +42,7 @@ _RULES = (
                     needs=("does not loop back", "Attribute "))),
     ("cuda_failure", rx(r"Cuda failure '([^']+)'", needs=("Cuda failure '",))),
     ("code", rx(r"(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument)"
-                r"|(?:(?i:NCCL error)(?: in: \S+,|:|\(\d+\),|,| \d+:)|NCCL operation nccl\w+\(.*?\) failed:)"
+                r"|(?:(?i:NCCL error)(?: in: \S+,|:|\(\d+\),|,| \d+:)|(?:NCCL operation )?nccl[A-Z]\w+(?:\(.*?\))? failed:)"
                 r" ?(?i:(unhandled system error|internal error|unhandled cuda error"
                 r"|invalid usage|invalid argument))|Test NCCL failure \S+ '([^'/]+?)\s*(?:/|')",
                 needs=("nccl", "NCCL error", "Nccl error", "NCCL Error", "Test NCCL failure"))),
@@ -87,7 +87,8 @@ class NcclErrorParser(Parser):
                 "Couldn't open endpoint", "Couldn't create", "Couldn't bind", "Couldn't enable", "Unable to open domain",
                 "Unable to create", "Got completion from peer", "Call to ibv_", "shared memory segment", "/dev/shm", "shm_open",
                 "Duplicate GPU detected", "essage truncated", "collective mismatch error", "NCCL operation nccl",
-                "mismatch between collectives", "remote process exited", "ncclRemoteError", "Connection reset by peer",
+                "mismatch between collectives", "remote process exited", "failed: unhandled system error",
+                "failed: unhandled cuda error", "ncclRemoteError", "Connection reset by peer",
                 "Connection closed by remote peer", "Connection refused", "Cuda failure", "ncclSystemError",
                 "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument",
                 "NCCL error in:", "NCCL error: ", "NCCL error(", "Nccl error", "NCCL Error ", "unable to allocate shared memory",
