@@ -37,6 +37,10 @@ _SMI_ROW = rx(r"^\|\s*(?:N/A|\d+%)\s+-?\d+C\s+P\d+\s+(?:\S+\s+)?(N/A|\d+W)\s*/\s
 IDLE_PCT, BUSY_PCT = 5.0, 50.0      # one snapshot: an idle GPU beside a busy one ...
 IDLE_POWER, HELD_MIB = 0.35, 1024   # ... drawing little of its power cap while it holds a job's memory
 _SMI_GPU = rx(r"^\|\s+(\d+)\s+\S")
+# a whole job's average utilisation as a scheduler or DCGM reports it when the job ends: Slurm jobstats'
+# "GPU utilization [|||||      33%]", `dcgmi stats -v -j`'s "| SM Utilization (%) | Avg: 0, Max: 0, Min: 0 |"
+_JOB_AVG = rx(r"^\s*GPU utilization\s+\[[|\s]*?(\d+(?:\.\d+)?)%\]|\|\s*SM Utilization \(%\)\s*\|\s*Avg:\s*(\d+(?:\.\d+)?)",
+              needs=("GPU utilization", "SM Utilization"))
 SM_ACTIVE_LOW_PCT = 50.0   # DCGM's SM activity: under 0.5 its own guidance calls the GPU ineffectively used
 
 
@@ -122,7 +126,7 @@ class UtilSamplesParser(Parser):
     """nvidia-smi dmon / --query-gpu CSV samples: the rows under the header carry no literal, so the header's hit
     brings the rows after it."""
     name = "low_gpu_util_samples"
-    triggers = ("# gpu", "utilization.gpu [%]", "#Entity", "MiB /")
+    triggers = ("# gpu", "utilization.gpu [%]", "#Entity", "MiB /", "GPU utilization", "SM Utilization (%)")
     after = 64
     before = 1
 
@@ -135,11 +139,15 @@ class UtilSamplesParser(Parser):
         self.idle: tuple[list[str], int, int, str] | None = None   # one snapshot's idle GPUs, its size, a line
         # nvidia-smi table rows: util, GPU index (None without the row above), line, power / cap, MiB in use
         self.smi: list[tuple[float, str | None, int, str, float | None, int]] = []
+        self.job_avg: list[tuple[float, int, str]] = []   # whole-job averages: value, line, text
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
         if search(_DCGM_HEAD, t):
             self._dcgm(hit)
+            return
+        if "tilization" in t and (m := search(_JOB_AVG, t)):
+            self.job_avg.append((float(m.group(1) or m.group(2)), hit.no, t))
             return
         if "MiB /" in t:
             m = search(_SMI_ROW, t)
@@ -217,7 +225,21 @@ class UtilSamplesParser(Parser):
         if busy and len(idle) >= len(busy):
             self.idle = (sorted(r[3] for r in idle), len(rows), idle[0][4], idle[0][5])
 
+    def _job_average(self) -> list[Finding]:
+        """A job's own average: judged alone (a job that held its GPUs at 0% is an idle allocation, not no job)."""
+        util = round(median(v for v, _, _ in self.job_avg), 1)
+        if util >= UTIL_LOW_PCT:
+            return []
+        self.ev.add(*self.job_avg[0][1:])
+        title = (f"The job's average GPU utilisation is {util:g}% ({len(self.job_avg)} GPU or job summar"
+                 f"{'y' if len(self.job_avg) == 1 else 'ies'}), under the {UTIL_LOW_PCT:g}% target")
+        return [Finding(symptom="low_gpu_util", rule="low_gpu_util.job_average", title=title, severity="warning",
+                        confidence=0.6, evidence=self.ev.items, facts={"util_pct": util, "samples": len(self.job_avg)},
+                        first_line=self.ev.first())]
+
     def finish(self, ctx: Context) -> list[Finding]:
+        if self.job_avg and not self.samples and not self.smi:
+            return self._job_average()
         self._smi_samples()
         if self.idle and not self.samples:
             ids, n, no, text = self.idle

@@ -35,3 +35,31 @@ def test_rocms_hardware_exception_is_a_gpu_fault_with_amd_steps(run):
     # near miss: a memory access fault is the application's, not this
     assert not [x for x in run("Memory access fault by GPU node-3 (Agent handle: 0x5d1e2c0) on address 0x7f. "
                                "Reason: Page not present or supervisor privilege.\n").findings if x.rule == "gpu_xid.amd_hw"]
+
+
+JOBSTATS = """================================================================================
+                              Slurm Job Statistics
+================================================================================
+         Job ID: 4410233
+          Nodes: 2
+           GPUs: 8
+       Run Time: 03:12:40
+                              Overall Utilization
+================================================================================
+  CPU utilization  [|||||||                                        14%]
+  CPU memory usage [|||||||||||||||||||||                          43%]
+  GPU utilization  [|||||||||||||                                  {util}%]
+  GPU memory usage [|||||||||||||||||||||||||||||||||||||          76%]
+"""
+DCGM_STATS = "| SM Utilization (%)                 | Avg: {util}, Max: 100, Min: 0            |\n"
+
+
+def test_a_whole_jobs_average_utilisation_is_judged_like_samples(run):
+    f = run(JOBSTATS.format(util=28)).findings[0]
+    assert (f.symptom, f.rule, f.facts["util_pct"]) == ("low_gpu_util", "low_gpu_util.job_average", 28.0)
+    assert f.steps
+    assert run(DCGM_STATS.format(util=3)).findings[0].rule == "low_gpu_util.job_average"
+    # near misses: a busy job, and the CPU line of the same report
+    assert not run(JOBSTATS.format(util=93)).findings
+    assert not run(DCGM_STATS.format(util=96)).findings
+    assert not run("  CPU utilization  [|||||||                                        14%]\n").findings
