@@ -16,7 +16,8 @@ TEXT = {
            "versions": "versions", "lines": "lines", "truncated": "TRUNCATED", "ml": "ML", "infra": "Infra",
            "phrased": "phrased by {model}, checked against the diagnosis",
            "more": "if those are not enough", "cleanup": "also clean up and check", "was": "was", "remove": "remove",
-           "critical": "critical", "error": "error", "warning": "warning", "line_n": "line {n}"},
+           "critical": "critical", "error": "error", "warning": "warning", "line_n": "line {n}",
+           "severity": "severity", "confidence": "confidence"},
     "ko": {"root": "근본 원인", "also": "함께 발견", "evidence": "증거", "facts": "추출한 사실", "steps": "조치",
            "runbook": "런북", "consequence": "다음의 결과:", "healthy":
            "알려진 장애를 찾지 못했습니다. Train Triage가 아는 증상 기준으로는 정상 로그입니다.",
@@ -25,7 +26,8 @@ TEXT = {
            "versions": "버전", "lines": "줄", "truncated": "일부만 읽음", "ml": "ML", "infra": "인프라",
            "phrased": "{model}이(가) 다듬은 문장이며, 진단 내용과 대조해 검증했습니다",
            "more": "그래도 부족하면", "cleanup": "함께 정리·점검할 것", "was": "현재", "remove": "삭제",
-           "critical": "심각", "error": "오류", "warning": "경고", "line_n": "{n}번째 줄"},
+           "critical": "심각", "error": "오류", "warning": "경고", "line_n": "{n}번째 줄",
+           "severity": "심각도", "confidence": "신뢰도"},
 }
 
 def t(lang: str, key: str) -> str:

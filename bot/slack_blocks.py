@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.i18n import finding_title, symptom_name, t
-from bot.render import change_text, step_time_line, verdict_lines
+from bot.render import change_lines, step_time_line, verdict_lines
 from core import symptoms
 from core.models import Diagnosis, Finding
 
@@ -58,18 +58,19 @@ def _finding_blocks(f: Finding, runbook_url: str | None, steps_shown: int, lang:
                     phrased: dict[str, str] | None = None) -> tuple[list[dict], bool]:
     cut = False
     blocks: list[dict] = [section(f"*{_safe(finding_title(lang, f), 1000)}*")]
-    meta = f"severity *{f.severity}* · confidence {f.confidence:.0%} · rule `{f.rule}`"
+    meta = f"{t(lang, 'severity')} *{t(lang, f.severity)}* · {t(lang, 'confidence')} {f.confidence:.0%} · rule `{f.rule}`"
     if f.caused_by:
         meta += f" · consequence of `{f.caused_by}`"
     blocks.append(context(meta))
     if f.evidence:
-        ev = "\n".join(f"{e.where}: {clip(e.text, 300)}" for e in f.evidence[:MAX_EVIDENCE_SHOWN])
+        ev = "\n".join(f"{e.source or t(lang, 'line_n').format(n=e.line)}: {clip(e.text, 300)}"
+                       for e in f.evidence[:MAX_EVIDENCE_SHOWN])
         cut |= len(f.evidence) > MAX_EVIDENCE_SHOWN
         blocks.append(section(f"*{t(lang, 'evidence').capitalize()}*\n" + _code(_safe(ev, 2000))))
     for i, s in enumerate(f.steps[:steps_shown], 1):
         cites = f"\n_{t(lang, 'runbook')}: {cite_text(s.cite, runbook_url)}_"
         text = (phrased or {}).get(f"1.{s.id}", s.text)
-        changes = "\n" + _code(_safe("\n".join(change_text(c) for c in s.changes), 1200)) if s.changes else ""
+        changes = "\n" + _code(_safe("\n".join(change_lines(s.changes, lang)), 1200)) if s.changes else ""
         head = f"*{i}. [{t(lang, s.owner)}]* "
         room = MAX_SECTION - len(head) - len(changes) - len(cites)
         cut |= len(text) > room or len(changes) > 1500

@@ -35,3 +35,15 @@ def test_the_korean_notes_of_the_vocabulary_and_the_engine(books):
     assert "설정돼 있다면 --fp16도 빼세요" in notes
     hf = FW.name_for("distributed_timeout", FW.HF, None, "ko")
     assert hf.note == "초 단위" and FW.name_for("distributed_timeout", FW.HF, None).note == "seconds"
+
+
+def test_the_slack_answer_in_korean_says_its_changes_and_labels_in_korean(engine):
+    import json
+    from bot.slack_blocks import diagnosis_blocks
+    from core.ingest import from_bytes
+    from conftest import ROOT
+    d = engine.diagnose(from_bytes((ROOT / "examples" / "p5-megatron-oom.log").read_bytes(), "x"), "ko")
+    text = json.dumps(diagnosis_blocks(d, lang="ko")[0], ensure_ascii=False)
+    assert "# 현재 4" in text and "# was 4" not in text
+    assert "심각도 *심각*" in text and "severity *critical*" not in text
+    assert "21번째 줄:" in text
