@@ -129,8 +129,13 @@ def derived_job(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Settings a finding proves whatever the log printed: a collapsing fp16 loss scaler means the job runs fp16.
+IMPLIED = {"loss_nan.scale_collapse": {"fp16": True}}
+
+
 def steps_for(finding: Finding, versions: dict[str, Any], job: dict[str, Any], books: list[Book],
               lang: str = "en") -> list[Step]:
+    job = {**IMPLIED.get(finding.rule, {}), **job}
     scope = {"facts": finding.facts, "job": derived_job(job), "versions": versions, "rule": finding.rule,
              "symptom": finding.symptom, "version_rules": V.evaluate(versions), "lang": lang}
     steps: list[Step] = []

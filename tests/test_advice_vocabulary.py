@@ -163,3 +163,19 @@ def test_config_patch_removes_the_displaced_flag():
     assert "--fp16" not in p.diff.replace("-    --fp16", "")
     assert "-    --fp16 \\" in p.diff and "+    --bf16" in p.diff.replace("+    --bf16 \\", "+    --bf16")
     assert "--fp16 removed" in p.applied
+
+
+def test_no_hedge_on_what_the_log_or_the_finding_proves(run, books):
+    from playbooks.engine import steps_for
+    # Megatron's argument dump says recompute_granularity None: recompute is off, said without "if not on already"
+    oom = ("  recompute_granularity ........................... None\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "79.11 GiB of which 1.06 GiB is free.\n")
+    d = run(MEGATRON + oom)
+    step = next(s for s in d.findings[0].steps if s.id == "cuda_oom.activation_checkpointing")
+    assert "if it is not on already" not in step.text and d.job["recompute_activations"] is False
+    # a collapsing fp16 loss scale proves fp16: the flag is removed, not "if it is set"
+    collapse = Finding(symptom="loss_nan", rule="loss_nan.scale_collapse", title="t", severity="error", confidence=0.9)
+    changes = [c for s in steps_for(collapse, {}, {"framework": "megatron"}, books) for c in s.changes]
+    assert ("--fp16", None) in [(c.name, c.to) for c in changes]
+    assert not any("if it is set" in (c.note or "") for c in changes)

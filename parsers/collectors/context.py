@@ -177,6 +177,9 @@ class ContextCollector(Collector):
         if raw is None:
             return
         val = J.coerce(J.SETTINGS[key], raw)
+        if key == "recompute_granularity" and val is None:   # Megatron's "None": no activation recompute at all
+            self.job.setdefault("recompute_activations", False)
+            return
         if val is None and J.SETTINGS[key] is not str:
             return
         if key == "initial_dynamic_scale":   # DeepSpeed prints the scale; its JSON sets the power of two
