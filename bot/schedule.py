@@ -33,6 +33,9 @@ def _field(text: str, lo: int, hi: int) -> set[int]:
     return out
 
 
+_LONGEST = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30, 12: 31}
+
+
 class Cron:
     def __init__(self, expr: str, tz: str = "UTC"):
         parts = expr.split()
@@ -46,14 +49,24 @@ class Cron:
         except ValueError as e:
             raise CronError(str(e)) from None
         self.weekday = {d % 7 for d in dow}  # cron: 0=Sunday
+        # a date that no calendar has (31 February, 31 April) never fires: say so now, not when `serve` schedules it
+        if not any(d <= _LONGEST[m] for m in self.month for d in self.day):
+            raise CronError(f"'{expr}' names a day no month in it has: it would never fire")
+        self.next_after(datetime(2000, 1, 1, tzinfo=self.tz))   # (and a weekday that never meets those dates)
 
     def next_after(self, now: datetime) -> datetime:
-        t = now.astimezone(self.tz).replace(second=0, microsecond=0) + timedelta(minutes=1)
-        for _ in range(366 * 24 * 60):
-            if (t.month in self.month and t.day in self.day and (t.isoweekday() % 7) in self.weekday
-                    and t.hour in self.hour and t.minute in self.minute):
-                return t
-            t += timedelta(minutes=1)
+        """The first time after `now` the expression fires, looked for day by day (29 February comes every four
+        years, so up to eight years ahead)."""
+        start = now.astimezone(self.tz).replace(second=0, microsecond=0) + timedelta(minutes=1)
+        day = start.replace(hour=0, minute=0)
+        for _ in range(8 * 366 + 1):
+            if day.month in self.month and day.day in self.day and (day.isoweekday() % 7) in self.weekday:
+                for h in sorted(self.hour):
+                    for m in sorted(self.minute):
+                        t = day.replace(hour=h, minute=m)
+                        if t >= start:
+                            return t
+            day = (day + timedelta(days=1)).replace(hour=0, minute=0)
         raise CronError("the expression never fires")
 
 

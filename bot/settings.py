@@ -112,6 +112,9 @@ def _token(prefix: str, kind: str) -> Callable[[str], Secret]:
 def _rate(v: str) -> str:
     if not re.fullmatch(r"\d+/\d+", v):
         raise ValueError("must look like COUNT/SECONDS, e.g. 20/60")
+    count, seconds = (int(x) for x in v.split("/"))
+    if count < 1 or seconds < 1:
+        raise ValueError("COUNT and SECONDS must both be at least 1 (0 would refuse everyone)")
     return v
 
 

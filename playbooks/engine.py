@@ -104,7 +104,11 @@ def _validate(path: Path, raw: bytes) -> dict[str, Any]:
     from playbooks.schema import PlaybookFile
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when the wheel has it: 10x faster
     try:
-        data = yaml.load(raw.decode("utf-8"), Loader=loader)
+        text = raw.decode("utf-8")
+        # no aliases: a few hundred bytes of nested *refs expand to gigabytes when loaded (a "billion laughs")
+        if "*" in text and any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, Loader=loader)):
+            raise PlaybookError(f"{path}: YAML aliases (*name) are not accepted in a playbook file; write the value out")
+        data = yaml.load(text, Loader=loader)
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise PlaybookError(f"{path}: not valid YAML: {e}") from None
     try:
