@@ -111,6 +111,7 @@ class Engine:
         lines = scanner.lines + (1 if last and last != b"\n" else 0)
         for name in failed:   # say so: the answer may lack what that reader would have found
             source.notes.append(f"the {name} reader failed on this input and was skipped; please report it")
+        source.notes.extend(ctx.notes)
         return self._assemble(source, ctx, findings, lines, lang)
 
     @staticmethod

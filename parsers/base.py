@@ -78,6 +78,7 @@ class Context:
     error_lines: list[dict[str, Any]] = field(default_factory=list)  # error-looking line templates, most frequent first
     step_series: list[Any] = field(default_factory=list)   # parsers.step_series.StepSeries, one per log format
     throughput: dict[str, Any] = field(default_factory=dict)   # MFU / TFLOP/s per GPU as logged, symptom or not
+    notes: list[str] = field(default_factory=list)   # what a reader has to say about how it read (into input.notes)
 
 
 class Reader:

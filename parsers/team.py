@@ -4,6 +4,7 @@ gives one finding — its symptom, its title with {group} filled from the first 
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import regex
@@ -13,6 +14,7 @@ from core import symptoms
 from parsers.base import RX_TIMEOUT, Context, EvidenceBox, Hit, Parser
 
 _FIELD = re.compile(r"\{(\w+)\}")
+RULE_BUDGET_S = 2.0   # seconds one team rule may spend on one log before it is switched off for that log
 
 
 class TeamRules(Parser):
@@ -24,16 +26,24 @@ class TeamRules(Parser):
         self.rules = [(r, regex.compile(r["pattern"])) for r in rules]
         self.triggers = tuple(dict.fromkeys(r["literal"] for r in rules))
         self.hits: dict[str, dict[str, Any]] = {}
+        self.spent: dict[str, float] = {}
+        self.off: dict[str, str] = {}   # rule id -> why it stopped reading this log
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
         for rule, rx in self.rules:
-            if rule["literal"] not in t:
+            if rule["literal"] not in t or rule["id"] in self.off:
                 continue
+            began = time.perf_counter()
             try:
                 m = rx.search(t, timeout=RX_TIMEOUT)
             except TimeoutError:
+                self.off[rule["id"]] = f"its pattern ran over {RX_TIMEOUT:g} s on line {hit.no}"
                 continue
+            finally:
+                spent = self.spent[rule["id"]] = self.spent.get(rule["id"], 0.0) + time.perf_counter() - began
+                if spent > RULE_BUDGET_S and rule["id"] not in self.off:
+                    self.off[rule["id"]] = f"it spent over {RULE_BUDGET_S:g} s on this log"
             if m is None:
                 continue
             got = self.hits.get(rule["id"])
@@ -45,6 +55,8 @@ class TeamRules(Parser):
             self.ev.hit(hit, t)
 
     def finish(self, ctx: Context) -> list[Finding]:
+        ctx.notes += [f"team rule {rid} was switched off for the rest of this log: {why} (a pattern that backtracks "
+                      "badly; the lines after it were not checked by it)" for rid, why in self.off.items()]
         out = []
         for rule, _ in self.rules:
             got = self.hits.get(rule["id"])

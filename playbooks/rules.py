@@ -43,6 +43,32 @@ def _walk(items: list, runs: list[str], cur: list[str]) -> None:
     runs.append(cur[0])
 
 
+def nested_repeat(pattern: str) -> bool:
+    """Whether an unbounded repeat holds another unbounded repeat ((a+)+, (\\w*\\s?)*): the shape that backtracks
+    exponentially on a line that almost matches."""
+    import re._constants as c
+    import re._parser as sp
+    try:
+        tree = sp.parse(pattern)
+    except Exception:
+        return False
+
+    def walk(items, inside: bool) -> bool:
+        for op, av in items:
+            if op in (c.MAX_REPEAT, c.MIN_REPEAT):
+                unbounded = av[1] is c.MAXREPEAT or av[1] > 100
+                if unbounded and inside:
+                    return True
+                if walk(list(av[2]), inside or unbounded):
+                    return True
+            elif op is c.SUBPATTERN and walk(list(av[3]), inside):
+                return True
+            elif op is c.BRANCH and any(walk(list(b), inside) for b in av[1]):
+                return True
+        return False
+    return walk(list(tree), False)
+
+
 def check(data: dict[str, Any]) -> str | None:
     """Register the file's symptoms (their facts: the named groups of their rules, and `count`), then check its
     rules. The first problem as one line, or None."""
@@ -55,6 +81,9 @@ def check(data: dict[str, Any]) -> str | None:
             rx = regex.compile(rule["pattern"])
         except regex.error as e:
             return f"{where}.pattern: not a valid regular expression ({e})"
+        if nested_repeat(rule["pattern"]):
+            return (f"{where}.pattern: a repeat inside a repeat (like (a+)+) can take hours on one line; "
+                    "rewrite it without the nesting")
         if not rule["literal"]:
             rule["literal"] = literal_of(rule["pattern"])
             if not rule["literal"]:

@@ -36,3 +36,35 @@ def test_a_yaml_alias_bomb_in_a_team_playbook_is_refused_quickly(tmp_path):
     (tmp_path / "team.yaml").write_text("\n".join(bomb) + "\nplaybooks: []\n")
     with pytest.raises(PlaybookError, match="aliases"):
         load([tmp_path])
+
+
+def _team(tmp_path, pattern, literal="fsx-err"):
+    (tmp_path / "team.yaml").write_text(
+        "symptoms:\n  - {id: team_fsx, title: FSx lost}\n"
+        f"rules:\n  - {{id: fsx.lost, symptom: team_fsx, pattern: '{pattern}', literal: {literal}, title: FSx lost}}\n")
+
+
+def test_a_team_pattern_with_a_repeat_inside_a_repeat_is_refused_at_load(tmp_path):
+    from playbooks.engine import PlaybookError, load
+    _team(tmp_path, "fsx-err (a+)+$")
+    with pytest.raises(PlaybookError, match="repeat inside a repeat"):
+        load([tmp_path])
+    _team(tmp_path, "fsx-err (?P<code>[0-9]+) on (?P<mount>/[a-z]+)")   # near miss: ordinary groups load
+    assert load([tmp_path]).rules
+
+
+def test_a_team_rule_that_blows_its_budget_is_switched_off_with_a_note(monkeypatch):
+    """Bounded per log, not per line: a rule that times out stops reading this log, and the answer says so."""
+    from parsers import team
+    from parsers.base import Context, Hit
+    monkeypatch.setattr(team, "RX_TIMEOUT", 0.05)
+    rule = {"id": "slow.rule", "symptom": "nccl_error", "pattern": r"fsx-err (a|aa)+$", "literal": "fsx-err",
+            "title": "t", "confidence": 0.5, "severity": None}
+    r = team.TeamRules((rule,))
+    line = "fsx-err " + "a" * 60 + "b"
+    for no in range(1, 41):
+        r.feed(Hit(no, line))
+    ctx = Context()
+    assert r.finish(ctx) == [] and "slow.rule" in r.off
+    assert ctx.notes and "switched off" in ctx.notes[0] and "line 1" in ctx.notes[0]
+    assert r.spent["slow.rule"] < 1.0    # one timeout, then no more time on this log
