@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import sys
-import textwrap
+import unicodedata
 
 _STEP = re.compile(r"^(\s*)(\d+\.|-) (\[[^\]]+\] )")
 _HEAD = re.compile(r"^(ROOT CAUSE|ALSO|근본 원인|함께 발견)  \[([^\]]+)\]")
@@ -37,14 +37,31 @@ def width(stream=sys.stdout) -> int | None:
     return shutil.get_terminal_size((100, 24)).columns if stream.isatty() else None
 
 
+def columns(text: str) -> int:
+    """How many terminal columns a text takes: wide characters (Hangul, CJK) take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _wrap_line(line: str, cols: int, indent: str) -> list[str]:
+    out, cur = [], ""
+    for word in line.split(" "):
+        trial = f"{cur} {word}" if cur else word
+        if cur and columns(trial) > cols:
+            out.append(cur)
+            cur = indent + word
+        else:
+            cur = trial
+    return out + [cur]
+
+
 def wrap(text: str, cols: int) -> str:
-    """Step texts wrapped under their own indentation; every other line as it is."""
+    """Step texts wrapped under their own indentation, by display width; every other line as it is."""
     out = []
     for line in text.splitlines():
         m = _STEP.match(line)
-        if m and len(line) > cols:
+        if m and columns(line) > cols:
             indent = " " * (len(m.group(1)) + len(m.group(2)) + 1)
-            out += textwrap.wrap(line, max(cols, 40), subsequent_indent=indent, break_on_hyphens=False)
+            out += _wrap_line(line, max(cols, 40), indent)
         else:
             out.append(line)
     return "\n".join(out) + ("\n" if text.endswith("\n") else "")

@@ -49,3 +49,11 @@ def test_cli_version_and_color_flag():
     always = run("diagnose", "--color", "always", str(ROOT / "examples" / "dmesg-xid79.log")).stdout
     assert "\x1b[" not in plain and "\x1b[31;1mROOT CAUSE" in always
     assert "\x1b[" not in run("diagnose", "--color", "never", str(ROOT / "examples" / "dmesg-xid79.log")).stdout
+
+
+def test_korean_wraps_by_display_width():
+    from bot.terminal import columns
+    ko = "    1. [ML] " + "활성화를 저장하지 말고 역전파에서 다시 계산하세요 " * 4 + "\n"
+    out = wrap(ko, 60).splitlines()
+    assert len(out) > 2 and all(columns(ln) <= 60 for ln in out)
+    assert all(ln.startswith("       ") for ln in out[1:])
