@@ -1,7 +1,7 @@
 """`triage fleet`: 200 generated jobs (symptom fixtures and healthy runs, one or two files each, Slurm pairs) plus
 a corrupt archive, read on a local Ray (started once for the module) from a directory and from a moto S3 server
 on a free loopback port; the same answers as `triage diagnose --together` per job; --record once per signature;
-the message when Ray is missing."""
+the weekly report's fleet section; the message when Ray is missing."""
 import contextlib
 import io
 import json
@@ -224,3 +224,17 @@ def test_progress_and_the_summary_table():
     assert "failed jobs" in table and "healthy (nothing found)" in table and "Ray (local)" in table
     assert json.loads(out.getvalue().splitlines()[0])["fleet"]["error"] == "a.log: cannot read (EIO)"
 
+
+def test_the_weekly_report_gains_a_fleet_section(dir_run, tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from bot import report
+    from bot.store import Store
+    _, _, _, env = dir_run
+    now = datetime.now(timezone.utc)
+    rep = report.make(Store(env["TRIAGE_DB"]), now - timedelta(days=7), now + timedelta(minutes=1), tmp_path)
+    text = rep.markdown_path.read_text()
+    assert "## Fleet" in text
+    section = text.split("## Fleet", 1)[1].split("\n## ", 1)[0]
+    assert "logs" in section and "gpu_xid" in section and "unreadable" in section
+    assert "Nodes behind most hardware findings" in section and "Top changes" in section

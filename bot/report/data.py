@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from bot.report.fleet import fleet_view
 from bot.store import Store, load_doc
 from core import facts as F
 from core import instances as I
@@ -81,6 +82,7 @@ class ReportData:
     wrong: list[dict[str, Any]] = field(default_factory=list)
     tune_next: list[dict[str, Any]] = field(default_factory=list)
     unreadable: list[int] = field(default_factory=list)   # diagnoses whose stored JSON is damaged: left out
+    fleet: list[dict[str, Any]] = field(default_factory=list)   # per SOURCE of `triage fleet --record`
 
 
 def build(store: Store, since: datetime, until: datetime) -> ReportData:
@@ -111,6 +113,7 @@ def build(store: Store, since: datetime, until: datetime) -> ReportData:
     _unclaimed(r, store, ids)
     _feedback(r, rows)
     _tune_next(r)
+    r.fleet = fleet_view(store, rows, docs, _iso(since), _iso(until), DIAGNOSTIC)
     return r
 
 
