@@ -75,8 +75,8 @@ def _glob_jobs(pattern: str) -> Iterator[Job]:
     matches = sorted(glob.glob(pattern, recursive=True))
     if not matches:
         raise FileNotFoundError(f"{pattern}: no directory or file matches")
-    fixed = pattern.split("/")
-    fixed = "/".join(fixed[:next(i for i, part in enumerate(fixed) if glob.has_magic(part))]) or "."
+    parts = pattern.split("/")   # (a plain file's path: its folder is the fixed part)
+    fixed = "/".join(parts[:next((i for i, part in enumerate(parts) if glob.has_magic(part)), len(parts) - 1)]) or "."
     entries = (("dir", os.path.relpath(m, fixed), m) if os.path.isdir(m) else
                ("file" if os.path.isfile(m) else "other", os.path.basename(m), m) for m in matches)
     for job, files in group_jobs(entries, folder_files):

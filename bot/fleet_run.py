@@ -49,7 +49,7 @@ def start_ray(address: str, workers: int) -> int:
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False   # triage prints its own line (jobs done / total, rate, ETA)
     ctx.max_errored_blocks = -1        # a task Ray gave up on after its retries: its jobs become failed rows
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data").setLevel(logging.ERROR)   # (its notes on progress bars and deprecations)
     cpus = int(ray.cluster_resources().get("CPU", 1))
     return max(1, min(workers, cpus) if workers else cpus)
 
@@ -124,7 +124,9 @@ def on_processes(jobs: Iterable[Job], spec: Spec, n: int) -> Iterator[dict]:
                     yield f.result()
                 except BrokenProcessPool:   # a worker was killed (the OOM killer): its jobs fail, a new pool goes on
                     yield lost(futures[f], "the worker process reading it died")
-            if any(f.exception() is not None for f in futures if f.done() and not f.cancelled()):
+                except Exception as e:   # (read_job itself never raises: a row that could not come back)
+                    yield lost(futures[f], f"{type(e).__name__}: {str(e)[:200]}")
+            if any(isinstance(f.exception(), BrokenProcessPool) for f in futures if not f.cancelled()):
                 pool.shutdown(wait=False, cancel_futures=True)
                 pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_start, initargs=(spec,))
     finally:

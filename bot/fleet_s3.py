@@ -10,6 +10,7 @@ import errno
 import functools
 import io
 import json
+import os
 from typing import Iterator
 
 from core.ingest import ReadError, Source
@@ -26,10 +27,15 @@ def split_uri(uri: str) -> tuple[str, str]:
     return bucket, (prefix.rstrip("/") + "/") if prefix.strip("/") else ""
 
 
-@functools.lru_cache(maxsize=8)
 def client(endpoint: str | None = None):
-    """One S3 client per process and endpoint (boto3 clients are thread-safe; this one is never pickled). Retries
-    and timeouts bound a stalled read: a job that hangs on S3 fails instead of holding its worker."""
+    """One S3 client per process and endpoint (boto3 clients are thread-safe, never pickled, and never shared with
+    a forked worker: its connections are the parent's). Retries and timeouts bound a stalled read: a job that hangs
+    on S3 fails instead of holding its worker."""
+    return _client(endpoint, os.getpid())
+
+
+@functools.lru_cache(maxsize=8)
+def _client(endpoint: str | None, pid: int):
     import boto3
     from botocore.config import Config
     cfg = Config(connect_timeout=10, read_timeout=60, retries={"max_attempts": 5, "mode": "standard"})

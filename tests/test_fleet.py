@@ -238,3 +238,12 @@ def test_the_weekly_report_gains_a_fleet_section(dir_run, tmp_path):
     section = text.split("## Fleet", 1)[1].split("\n## ", 1)[0]
     assert "logs" in section and "gpu_xid" in section and "unreadable" in section
     assert "Nodes behind most hardware findings" in section and "Top changes" in section
+
+
+def test_a_glob_and_a_single_file_are_sources_too(fleet_dir):
+    pattern = str(fleet_dir / "job-00[1-3]")
+    code, out, err = _triage("fleet", pattern, str(fleet_dir / "slurm-5001.out"), "--jobs", "1")
+    rows = [json.loads(line)["fleet"] for line in out.splitlines()]
+    assert code == 0, err
+    assert [(r["source"], r["job"]) for r in rows] == [(pattern, "job-001"), (pattern, "job-002"), (pattern, "job-003"),
+                                                       (str(fleet_dir / "slurm-5001.out"), "slurm:5001")]
