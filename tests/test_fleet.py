@@ -69,9 +69,10 @@ def s3(fleet_dir):
     env = {"AWS_ACCESS_KEY_ID": "AKIAFLEETTEST", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    endpoint = f"http://127.0.0.1:{server._server.server_port}"
+    endpoint = f"http://127.0.0.1:{port}"
     import boto3
     client = boto3.client("s3", endpoint_url=endpoint)
     client.create_bucket(Bucket="fleet")
