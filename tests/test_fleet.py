@@ -11,7 +11,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import time
+import zipfile
 
 import pytest
 
@@ -47,6 +49,10 @@ def fleet_dir(tmp_path_factory):
         shutil.copy(sick[(7 * i) % len(sick)], root / f"slurm-{5000 + i}.out")
         shutil.copy(healthy[i % len(healthy)], root / f"slurm-{5000 + i}.err")
     (root / "corrupt.zip").write_bytes(b"PK\x03\x04" + os.urandom(200))
+    with tarfile.open(root / "job-010" / "ranks.tar.gz", "w:gz") as tar:   # archives inside a job: read as members
+        tar.add(sick[3], arcname="rank3.log")
+    with zipfile.ZipFile(root / "job-020" / "more.zip", "w") as zf:
+        zf.write(healthy[2], arcname="rank9.log")
     old = root / "job-old"
     old.mkdir()
     shutil.copy(sick[0], old / "rank0.log")
@@ -138,6 +144,8 @@ def test_every_job_is_read_once_on_ray_and_bad_ones_become_rows(dir_run):
     statuses = {r["fleet"]["status"] for r in rows.values()}
     assert {"diagnosed", "clean", "unreadable"} <= statuses
     assert rows["slurm:5003"]["input"]["parts"][1]["name"] == "slurm-5003.out"   # the pair read as one job
+    parts = {job: [x["name"] for x in rows[job]["input"]["parts"]] for job in ("job-010", "job-020")}
+    assert "job-010/ranks.tar.gz:rank3.log" in parts["job-010"] and "job-020/more.zip:rank9.log" in parts["job-020"]
     assert all(r["schema"] == "triage.diagnosis/v1" for r in rows.values() if r["fleet"]["status"] != "unreadable")
     assert f"triage fleet: {JOBS + 1} job(s) read" in err and "findings by symptom:" in err
     assert "older than --since" in err and "unreadable (not a log)" in err
@@ -182,6 +190,7 @@ def test_s3_gives_the_same_answers_and_an_unreadable_object_fails_alone(dir_run,
     assert set(rows) == set(local) | {"cold-job"}
     assert all(_answer(rows[j]) == _answer(local[j]) and rows[j]["fleet"]["status"] == local[j]["fleet"]["status"]
                for j in local)
+    assert "job-010/ranks.tar.gz:rank3.log" in [x["name"] for x in rows["job-010"]["input"]["parts"]]
     assert SECRET not in out + err and "AKIAFLEETTEST" not in out + err
 
 
