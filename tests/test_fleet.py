@@ -257,3 +257,10 @@ def test_a_glob_and_a_single_file_are_sources_too(fleet_dir):
     assert code == 0, err
     assert [(r["source"], r["job"]) for r in rows] == [(pattern, "job-001"), (pattern, "job-002"), (pattern, "job-003"),
                                                        (str(fleet_dir / "slurm-5001.out"), "slurm:5001")]
+
+
+def test_bad_options_are_one_line_and_exit_2(fleet_dir):
+    for argv, said in ((["--ray", "auto", "--jobs", "2"], "choose one"), (["--since", "soon"], "not a duration"),
+                       (["--timeout", "x", "--jobs", "1"], "not a duration")):
+        code, out, err = _triage("fleet", str(fleet_dir), *argv)
+        assert code == 2 and out == "" and said in err and "Traceback" not in err
