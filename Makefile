@@ -16,7 +16,7 @@ demo: $(STAMP)
 	@for f in examples/*.log examples/*.gz; do [ -e "$$f" ] && $(BIN)/triage diagnose "$$f"; done; true
 
 test: $(STAMP)
-	$(BIN)/pytest -n auto
+	$(BIN)/pytest -n auto --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

@@ -252,6 +252,8 @@ def main(argv=None) -> int:
     md += [f"| {n} | {m} | {g} | {'met' if ok else '**not met**'} |" for n, m, g, ok in rows]
     md += ["", *notes] if notes else []
     (ROOT / "BENCHMARKS.md").write_text("\n".join(md) + "\n")
+    from bench.fleet import main as fleet
+    fleet(["--keep", str(work / "fleet")])   # triage fleet on Ray (1, 2 workers) vs --jobs: its own section
     print(f"\n{sum(r[3] for r in rows)} of {len(rows)} targets met; figures written to BENCHMARKS.md")
     return 0
 

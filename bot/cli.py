@@ -332,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--markdown", action="store_true", help="print the per-symptom table as Markdown (the README's)")
     e.set_defaults(func=cmd_eval)
     from bot.corpus_export import add_parser as add_corpus
+    from bot.fleet import add_parser as add_fleet
     from bot.notify import add_parser as add_notify
     from bot.plan_cli import add_parser as add_plan
     from bot.rules_cli import add_parser as add_rules
@@ -341,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_notify(sub)
     add_watch(sub)
     add_rules(sub)
+    add_fleet(sub)
     return p
 
 

@@ -128,6 +128,13 @@ def m009_work(db: sqlite_utils.Database) -> None:
                       pk="id")
 
 
+@migrations()
+def m010_fleet(db: sqlite_utils.Database) -> None:
+    """What `triage fleet --record` stored for each job (SOURCE::job) and the file signature it was read at."""
+    db["fleet"].create({"job": str, "source": str, "name": str, "signature": str, "status": str, "error": str,
+                        "diagnosis_id": int, "at": str}, pk="job")
+
+
 def job_key_for(d: Diagnosis, given: str = "") -> str:
     """Which job a log belongs to: the name given, a Slurm job id in the log or file name, else the file name."""
     if given:

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
 
 
 log = logging.getLogger("triage.watch")
@@ -31,25 +32,45 @@ def duration(text: str) -> float:
 
 def jobs_in(root: str) -> dict[str, list[tuple[str, str]]]:
     """job key → (path, name shown) of its log files."""
-    from core.inputs import LOG_SUFFIXES, log_paths
     jobs: dict[str, list[tuple[str, str]]] = {}
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as e:
         log.warning("cannot list %s: %s", root, e)
         return jobs
-    for entry in entries:
-        if entry.name.startswith("."):
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            paths, _ = log_paths([entry.path])
-            if paths and paths[0][0] != entry.path:   # a folder without log files is kept as-is by log_paths
-                jobs[entry.name] = [(p, f"{entry.name}/{n}") for p, n in paths]
-        elif entry.is_file() and entry.name.lower().endswith(LOG_SUFFIXES):
-            m = JOB_ID.search(entry.name)
-            jobs.setdefault(f"slurm:{m.group(1)}" if m else entry.name.split(".")[0], []).append(
-                (entry.path, entry.name))
+    kinds = (("dir" if e.is_dir(follow_symlinks=False) else "file" if e.is_file() else "other", e.name, e.path)
+             for e in entries)
+    for job, files in group_jobs(kinds, folder_files):
+        jobs.setdefault(job, []).extend(files)
     return jobs
+
+
+def folder_files(path: str) -> list[tuple[str, str]]:
+    """A job folder's log files, (path, name inside it); none for a folder without any."""
+    from core.inputs import log_paths
+    paths, _ = log_paths([path])
+    return paths if paths and paths[0][0] != path else []   # a folder without log files is kept as-is by log_paths
+
+
+def group_jobs(entries: Iterable[tuple[str, str, str]],
+               files_of: Callable[[str], list[tuple[str, str]]]) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    """The jobs among a folder's entries, (kind 'dir'/'file'/'other', name, path) each: a sub-folder is one job
+    (its log files, from `files_of`), yielded as soon as it is seen; top-level log files sharing a Slurm job id in
+    their names are one job, the others one each, yielded once every entry was seen (`triage fleet` lists S3
+    prefixes the same way)."""
+    from core.inputs import LOG_SUFFIXES
+    loose: dict[str, list[tuple[str, str]]] = {}
+    for kind, name, path in entries:
+        if name.startswith("."):
+            continue
+        if kind == "dir":
+            paths = files_of(path)
+            if paths:
+                yield name, [(p, f"{name}/{n}") for p, n in paths]
+        elif kind == "file" and name.lower().endswith(LOG_SUFFIXES):
+            m = JOB_ID.search(name)
+            loose.setdefault(f"slurm:{m.group(1)}" if m else name.split(".")[0], []).append((path, name))
+    yield from loose.items()
 
 
 def signature(paths: list[tuple[str, str]]) -> tuple[str, float] | None:

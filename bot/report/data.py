@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from bot.report.fleet import fleet_view
 from bot.store import Store, load_doc
 from core import facts as F
 from core import instances as I
@@ -82,6 +83,7 @@ class ReportData:
     tune_next: list[dict[str, Any]] = field(default_factory=list)
     unreadable: list[int] = field(default_factory=list)   # diagnoses whose stored JSON is damaged: left out
     channels: tuple[str, ...] | None = None   # the report covers only these channels' diagnoses (None: all)
+    fleet: list[dict[str, Any]] = field(default_factory=list)   # per SOURCE of `triage fleet --record`
 
 
 def _scope(channels: tuple[str, ...] | None) -> tuple[str, list[str]]:
@@ -123,6 +125,8 @@ def build(store: Store, since: datetime, until: datetime, channels: tuple[str, .
     _unclaimed(r, store, ids)
     _feedback(r, rows)
     _tune_next(r)
+    if channels is None:   # (a channel's own report holds that channel's diagnoses only, and fleet rows are nobody's)
+        r.fleet = fleet_view(store, rows, docs, _iso(since), _iso(until), DIAGNOSTIC)
     return r
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.report.data import ReportData
+from bot.report.fleet import fleet_lines
 from core import facts as F
 from core import versions as V
 from core.templates import shorten
@@ -68,7 +69,7 @@ def render(r: ReportData, charts: list[Path]) -> str:
         out += [f"| `{c['name']}` → `{c['to']}` ({c['kind']}) | {c['count']} | {c['jobs_recommended']} | "
                 f"{c['jobs_applied']} | {_ids(c['ids'], 4)} |" for c in r.changes[:12]]
         out.append("")
-    out += _training(r, names)
+    out += fleet_lines(r.fleet) + _training(r, names)
     if r.benchmarks:
         out += ["## nccl-tests bus bandwidth", "", "| diagnosis | test | nodes × instance | busbw at largest size | "
                 "expected | ratio |", "|---|---|---|---:|---:|---:|"]
