@@ -188,6 +188,40 @@ def test_the_slurm_epilog_notifies_failed_jobs_only(fake, tmp_path):
     assert "exit code 137" in blocks_of(second)[0]["elements"][0]["text"] and second["thread_ts"] == fake.posted[0]["ts"]
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_epilog_reads_only_the_real_output_fields_of_the_jobs_own_user(fake, tmp_path):
+    """Issue 31 item 14: a Comment= that names another file, a file of another user and a symlink are never read."""
+    import getpass
+    me = getpass.getuser()
+    real, planted = tmp_path / "slurm-8124.out", tmp_path / "other-users-secret.log"
+    real.write_text(OOM.read_text())
+    planted.write_text(OOM.read_text())
+    link = tmp_path / "link.out"
+    link.symlink_to(planted)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\necho 'JobId=8124 JobName=pretrain'\n"
+        f"echo '   UserId={me}(1000) GroupId={me}(1000) MCS_label=N/A'\n"
+        f"echo '   Comment=see StdOut={planted} for details'\n"
+        f"echo '   StdErr={link}'\necho '   StdOut={real}'\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    captured = tmp_path / "args"
+    (bin_dir / "triage-stand-in").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {captured}\n')
+    (bin_dir / "triage-stand-in").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TRIAGE_NOTIFY_CHANNEL": "C7",
+           "TRIAGE": str(bin_dir / "triage-stand-in"),
+           "TRIAGE_EPILOG_WAIT": "1", "SLURM_JOB_ID": "8124", "SLURM_JOB_EXIT_CODE2": "1:0"}
+    subprocess.run(["bash", str(ROOT / "examples" / "slurm" / "triage-epilog.sh")], cwd=ROOT, env=env, timeout=60)
+    args = captured.read_text().splitlines()
+    assert str(real) in args and str(planted) not in args and str(link) not in args
+    # a file the job's user does not own is skipped: the same job claimed by another user reads nothing
+    captured.unlink()
+    (bin_dir / "scontrol").write_text((bin_dir / "scontrol").read_text().replace(f"UserId={me}(", "UserId=someone-else("))
+    subprocess.run(["bash", str(ROOT / "examples" / "slurm" / "triage-epilog.sh")], cwd=ROOT, env=env, timeout=60)
+    assert not captured.exists()
+
+
 def test_a_failing_watch_pass_is_said_and_the_next_one_runs(capsys):
     import threading
 

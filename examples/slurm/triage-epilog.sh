@@ -32,11 +32,18 @@ case "$code$sig" in *[!0-9]*|"") exit 0 ;; esac
 [ "$sig" -ne 0 ] && code=$(( 128 + sig ))
 [ "$code" -eq 0 ] && exit 0
 
-# The job's output files as scontrol shows them (%j and friends already expanded); /dev/null and missing ones out.
+# The job's output files as scontrol shows them (%j and friends already expanded): only the real StdOut=/StdErr=
+# fields, each at the start of its own line (a user-set Comment= or JobName that holds "StdOut=/some/file" is not
+# one), only regular files owned by the job's own user (never another user's file the controller can read), never
+# through a symbolic link; /dev/null and missing ones out.
+info=$(scontrol show job "$JOB" 2>/dev/null)
+owner=$(printf '%s\n' "$info" | grep -oE '(^|[[:space:]])UserId=[^([:space:]]+' | head -n1 | cut -d= -f2)
 files=()
 while IFS= read -r f; do
-  [ -f "$f" ] && [ -r "$f" ] && [[ " ${files[*]-} " != *" $f "* ]] && files+=("$f")
-done < <(scontrol show job "$JOB" 2>/dev/null | grep -oE '(StdOut|StdErr)=[^ ]+' | cut -d= -f2-)
+  [ -f "$f" ] && [ ! -L "$f" ] && [ -r "$f" ] || continue
+  [ -n "$owner" ] && [ "$(stat -c %U "$f" 2>/dev/null)" != "$owner" ] && continue
+  [[ " ${files[*]-} " != *" $f "* ]] && files+=("$f")
+done < <(printf '%s\n' "$info" | sed -nE 's/^[[:space:]]*(StdOut|StdErr)=(.*)$/\2/p')
 [ "${#files[@]}" -gt 0 ] || exit 0
 
 LOG="${TRIAGE_EPILOG_LOG:-/dev/null}"
