@@ -235,12 +235,14 @@ def test_progress_and_the_summary_table():
     assert json.loads(out.getvalue().splitlines()[0])["fleet"]["error"] == "a.log: cannot read (EIO)"
 
 
-def test_the_weekly_report_gains_a_fleet_section(dir_run, tmp_path):
+def test_the_weekly_report_gains_a_fleet_section(fleet_dir, tmp_path):
     from datetime import datetime, timedelta, timezone
 
     from bot import report
     from bot.store import Store
-    _, _, _, env = dir_run
+    env = {"TRIAGE_DB": str(tmp_path / "report.db")}   # its own store: other tests' runs record into dir_run's
+    code, _, err = _triage("fleet", str(fleet_dir), "--since", "7d", "--record", "--jobs", "2", env=env)
+    assert code == 0, err
     now = datetime.now(timezone.utc)
     rep = report.make(Store(env["TRIAGE_DB"]), now - timedelta(days=7), now + timedelta(minutes=1), tmp_path)
     text = rep.markdown_path.read_text()
