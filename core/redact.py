@@ -77,6 +77,11 @@ IDENTIFIERS: tuple[tuple[str, re.Pattern, int], ...] = (
     ("EC2_HOST", re.compile(r"\b(ip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?:\.[\w.-]+)?)\b", re.ASCII), 1),
     ("IPV4", re.compile(r"(?<![\d.])((?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3})(?![\d.])", re.ASCII), 1),
     ("IPV6", re.compile(r"(?<![\w:.])((?=[0-9a-fA-F:]*::|(?:[0-9a-fA-F]{1,4}:){7})(?:[0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{1,4})(?![\w:])", re.ASCII), 1),
+    # an S3 bucket names the owner's data; a fully qualified host outside NCCL's prefix (a peer, a file server)
+    # names their network — three labels or more ending in a domain suffix, so module paths (torch.distributed) stay
+    ("S3_BUCKET", re.compile(r"\bs3a?://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?=/|\s|$)", re.ASCII), 1),
+    ("FQDN", re.compile(r"(?<![\w.-])((?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){2,}"
+                        r"(?:com|net|org|io|ai|edu|gov|internal|local|lan|corp|cluster|cloud|dev))(?![\w-])", re.ASCII), 1),
 )
 # A 12-digit number is only an account id next to AWS words; elsewhere it is a count (NumelIn, bytes).
 _ACCOUNT_CONTEXT = re.compile(r"(?i)arn:aws|account|aws_|\.amazonaws\.com|iam::")

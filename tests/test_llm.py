@@ -234,3 +234,19 @@ def test_template_text_and_the_wrong_language_are_rejected_and_quoting_a_title_i
     assert korean.answer is None and "English" in korean.reason
     masked = _reply_to(phr, d, "en", lambda a: a.update(summary=a["summary"] + " The peer <IPV4_1> is fine."))
     assert "template" not in masked.reason   # the masker's own placeholders are not template text
+
+
+def test_hosts_outside_nccls_prefix_and_s3_buckets_never_reach_the_model(run, llm_server):
+    """Issue 31 item 16: a peer's full host name and an S3 bucket in a log line are masked like IPs, and come back
+    for the reader."""
+    srv = llm_server("echo")
+    log = ("RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value "
+           "store by key '0', but store->get('0') got error: Connection reset by peer; peer trn-fs-07.cluster.acme.com "
+           "while saving s3://acme-private-ckpts/run-9/step_1200\n")
+    d = run(log.encode())
+    out = _phraser(srv.url).phrase(d, "en")
+    body = b"".join(srv.raw).decode()
+    assert "trn-fs-07.cluster.acme.com" not in body and "acme-private-ckpts" not in body
+    assert "<FQDN_1>" in body or "<S3_BUCKET_1>" in body
+    if out.answer is not None:
+        assert "<FQDN_" not in out.answer.summary and "<S3_BUCKET_" not in out.answer.summary
