@@ -10,9 +10,9 @@ import difflib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from bot.patch_target import kind_of, reader_of, skip_reason, translate
+from bot.render import literal as _literal
 from core.models import Change, Diagnosis
 
 
@@ -22,10 +22,6 @@ class Patch:
     applied: list[str] = field(default_factory=list)
     not_applied: list[str] = field(default_factory=list)
     step: str | None = None
-
-
-def _literal(v: Any) -> str:
-    return "true" if v is True else "false" if v is False else str(v)
 
 
 def _json(text: str, c: Change) -> str:

@@ -25,7 +25,8 @@ def json_safe(text: str) -> str:
 _JSON_KEY = re.compile(r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*")   # a dotted config key (DeepSpeed's JSON)
 
 
-def _plain(v) -> str:
+def literal(v) -> str:
+    """A value as a config file or command line spells it (true/false for booleans)."""
     return "true" if v is True else "false" if v is False else str(v)
 
 
@@ -41,16 +42,16 @@ def _python(v) -> str:
 def change_text(c: Change, lang: str = "en") -> str:
     """One line per change, in the form it is pasted: `export X=1`, `--micro-batch-size 2`, `"gradient_clipping":
     0.5`, `Trainer(gradient_clip_val=0.5)`, `$ command`; the current value and any note after a `#`."""
-    comment = [f"{t(lang, 'was')} {_plain(c.from_)}"] if c.from_ is not None and c.kind != "command" else []
+    comment = [f"{t(lang, 'was')} {literal(c.from_)}"] if c.from_ is not None and c.kind != "command" else []
     if c.kind == "env":
-        text = f"export {c.name}={_plain(c.to)}" if c.to is not None else f"unset {c.name}"
+        text = f"export {c.name}={literal(c.to)}" if c.to is not None else f"unset {c.name}"
     elif c.kind == "flag":
         if c.to is None and c.from_ is not None:   # a removal (DESIGN: `to: null` beside the value the log shows)
             text, comment = f"{t(lang, 'remove')} {c.name}", []
         elif c.to is None:                          # a flag whose value the note says how to pick
             text = c.name
         else:
-            text = c.name if c.to is True else f"{c.name} {_plain(c.to)}"
+            text = c.name if c.to is True else f"{c.name} {literal(c.to)}"
     elif c.kind == "config":
         if c.to is None and c.from_ is not None:
             text = f"{t(lang, 'remove')} {c.name}"
@@ -64,7 +65,7 @@ def change_text(c: Change, lang: str = "en") -> str:
             for key in reversed(outer):
                 text = f'"{key}": {{{text}}}'
         else:
-            text = f"{c.name}: {_plain(c.to)}"
+            text = f"{c.name}: {literal(c.to)}"
     else:
         text = f"$ {c.name}"
     if c.note and not (c.note in ("remove it", "지우세요") and c.to is None):
@@ -106,7 +107,7 @@ def _merged(top: str, changes: list[Change], lang: str) -> str:
             node = node.setdefault(key, {})
         node[leaf] = c.to
         if c.from_ is not None:
-            comment.append(f"{'.'.join(c.name.split('.')[1:])} {t(lang, 'was')} {_plain(c.from_)}")
+            comment.append(f"{'.'.join(c.name.split('.')[1:])} {t(lang, 'was')} {literal(c.from_)}")
         if c.note:
             comment.append(c.note)
     text = f'"{top}": {json.dumps(tree, ensure_ascii=False)}'
