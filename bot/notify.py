@@ -72,13 +72,15 @@ class Notifier:
         thread = self.store.job_thread(key, self.channel)
         did = self.triage.record(d, None, source="notify", channel=self.channel, job_key=key)
         from bot import slack_blocks as kit
-        blocks, text, cut = self.bot.answer(d, did, self.lang)
-        if not d.findings and exit_code:   # never a green tick on a job that exited non-zero
-            lang = self.lang if self.lang in FAILED_UNKNOWN else "en"
-            blocks = [kit.section(kit.esc(FAILED_UNKNOWN[lang].format(code=exit_text(exit_code, lang))))] + blocks[1:]
         head = self.head(key, exit_code, len(paths), d)
-        ts = self.bot.post_diagnosis(self.client, self.channel, thread, d, did, self.lang,
-                                     ([kit.context(kit.esc(head))] + blocks, f"{kit.esc(head)}. {text}", cut))
+
+        def decorate(blocks, text):   # the header, on the deterministic answer and on its phrasing alike
+            if not d.findings and exit_code:   # never a green tick on a job that exited non-zero
+                lang = self.lang if self.lang in FAILED_UNKNOWN else "en"
+                blocks = [kit.section(kit.esc(FAILED_UNKNOWN[lang].format(code=exit_text(exit_code, lang))))] \
+                    + blocks[1:]
+            return [kit.context(kit.esc(head))] + blocks, f"{kit.esc(head)}. {text}"
+        ts = self.bot.post_diagnosis(self.client, self.channel, thread, d, did, self.lang, decorate=decorate)
         return Outcome("posted" if ts else "queued", did, ts)
 
     def head(self, key: str, exit_code: int | None, files: int, d) -> str:

@@ -88,15 +88,32 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
     def allowed(self, channel: str | None) -> bool:
         return not self.settings.allowed_channels or (channel or "") in self.settings.allowed_channels
 
-    def answer(self, d: Diagnosis, did: int | None, lang: str = "en") -> tuple[list[dict], str, bool]:
-        phrasing = self.triage.phraser.phrase(d, lang, did) if self.triage.phraser and d.findings else None
+    def answer(self, d: Diagnosis, did: int | None, lang: str = "en", phrasing=None) -> tuple[list[dict], str, bool]:
+        """The answer's blocks: deterministic, or with an accepted LLM phrasing's prose when one is given."""
         blocks, cut = kit.diagnosis_blocks(d, did, self.settings.runbook_url, lang=lang, phrasing=phrasing)
         return blocks, kit.fallback_text(d), cut
 
+    def phrased(self, d: Diagnosis, did: int | None, lang: str = "en"):
+        """An accepted LLM phrasing of the diagnosis, or None (no LLM, nothing to phrase, rejected, failed).
+        Asked only after the deterministic answer is out: the model is never in the way of an answer."""
+        if not (self.triage.phraser and d.findings):
+            return None
+        try:
+            p = self.triage.phraser.phrase(d, lang, did)
+        except Exception as e:   # the phraser already turns model failures into reasons; this is a last guard
+            log.warning("phrasing failed: %s", type(e).__name__)
+            return None
+        return p if p.answer is not None else None
+
     def post_diagnosis(self, client: WebClient, channel: str, thread_ts: str | None, d: Diagnosis, did: int | None,
-                       lang: str = "en", blocks_text=None) -> str | None:
-        """Post (or queue in the outbox); the message ts when Slack took it now, None when it waits for a retry."""
+                       lang: str = "en", blocks_text=None, decorate=None, later: list | None = None) -> str | None:
+        """Post (or queue in the outbox) the deterministic answer; the message ts when Slack took it now, None when
+        it waits for a retry. With an LLM configured, the posted message is then replaced (chat.update) by the
+        phrased answer when the guard accepts one. `decorate` wraps both versions the same way (a notify header);
+        `later` collects that replacement for the caller to run once all of its deterministic answers are out."""
         blocks, text, cut = blocks_text or self.answer(d, did, lang)
+        if decorate is not None:
+            blocks, text = decorate(blocks, text)
         payload = {"channel": channel, "blocks": blocks, "text": text}
         if thread_ts:
             payload["thread_ts"] = thread_ts
@@ -111,7 +128,28 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
                 client.chat_postMessage(channel=channel, thread_ts=thread_ts or ts, text=kit.ATTACH_FAILED)
             except Exception as e:
                 log.warning("could not say the attachment failed: %s", type(e).__name__)
+        if ts and self.triage.phraser and d.findings:
+            def update() -> None:
+                self._update_phrased(client, channel, ts, d, did, lang, decorate)
+            if later is None:
+                update()
+            else:
+                later.append(update)
         return ts
+
+    def _update_phrased(self, client: WebClient, channel: str, ts: str, d: Diagnosis, did: int | None, lang: str,
+                        decorate=None) -> None:
+        """Replace a posted deterministic answer by its accepted phrasing; on any failure the posted one stays."""
+        phrasing = self.phrased(d, did, lang)
+        if phrasing is None:
+            return
+        blocks, text, _ = self.answer(d, did, lang, phrasing)
+        if decorate is not None:
+            blocks, text = decorate(blocks, text)
+        try:
+            client.chat_update(channel=channel, ts=ts, blocks=blocks, text=text)
+        except Exception as e:
+            log.warning("could not replace the answer with its phrasing: %s", type(e).__name__)
 
     def _attach_full(self, client: WebClient, channel: str, thread_ts: str | None, d: Diagnosis,
                      did: int | None, lang: str = "en") -> bool:
@@ -210,6 +248,13 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
             return
         if cut and not self._attach_full(client, channel, None, d, did, lang):
             respond(text=kit.ATTACH_FAILED, response_type="ephemeral")
+        phrasing = self.phrased(d, did, lang) if d is not None else None
+        if phrasing is not None:   # the deterministic answer is out; its phrasing replaces it in place
+            blocks, fallback, _ = self.answer(d, did, lang, phrasing)
+            try:
+                respond(blocks=blocks, text=fallback, response_type="in_channel", replace_original=True)
+            except Exception as e:
+                log.warning("could not replace the answer with its phrasing: %s", type(e).__name__)
 
     def _post_plan(self, words: str, respond) -> None:
         from bot.plan_cli import plan_text
@@ -284,7 +329,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
 
     def _reply_thread(self, client: WebClient, channel: str, root: str, results, notes: list[str],
                       mention_text: str, lang: str, configs: list[tuple[str, str]] = ()) -> None:
-        answered = 0
+        answered, later = 0, []
         for inp, d, did, err in results:
             if d is None:
                 notes.append(f"`{inp.name}`: {err}")
@@ -293,7 +338,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
                 continue  # ordinary conversation in the thread (a pasted crash nobody recognises is still answered)
             if inp.note:
                 d.input.truncated = True
-            self.post_diagnosis(client, channel, root, d, did, lang)
+            self.post_diagnosis(client, channel, root, d, did, lang, later=later)
             answered += 1
             for name, text in configs if d.findings else ():
                 blocks = diff_blocks(d, name, text)
@@ -310,6 +355,8 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
                     "No known failure found in this thread's logs and files." if results
                     else "I found no log in this thread. Paste one or attach a .log/.txt/.gz file and mention me."))
         self._post_notes(client, channel, root, notes)
+        for update in later:   # every deterministic answer is out; now their phrasings, one at a time
+            update()
 
     def ack_shortcut(self, ack) -> None:
         ack()
@@ -328,16 +375,18 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
                 "thread_ts": root or ""}
         lang = self.lang(client, user)
         results = self._diagnose_inputs(inputs, meta, lang)
-        posted = False
+        posted, later = False, []
         for inp, d, did, err in results:
             if d is None:
                 notes.append(f"`{inp.name}`: {err}")
                 continue
-            self.post_diagnosis(client, channel, root, d, did, lang)
+            self.post_diagnosis(client, channel, root, d, did, lang, later=later)
             posted = True
         if not posted:
             client.chat_postMessage(channel=channel, thread_ts=root, text="I found no log in that message.")
         self._post_notes(client, channel, root, notes)
+        for update in later:
+            update()
 
     @staticmethod
     def _post_notes(client: WebClient, channel: str, root: str, notes: list[str]) -> None:

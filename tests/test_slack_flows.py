@@ -241,13 +241,53 @@ def test_korean_locale_gets_a_korean_phrased_answer_with_real_values(slack_bot):
         h = slack_bot(TRIAGE_LLM="openai:gpt-test", TRIAGE_LLM_BASE_URL=llm.url)
         h.fake.users["U1"] = {"id": "U1", "locale": "ko-KR"}
         h.slash(HANG)
-        resp = h.fake.wait(lambda: h.fake.responses)[0]
+        first, resp = h.fake.wait(lambda: len(h.fake.responses) >= 2 and h.fake.responses)[:2]
+        assert "근본 원인은 nccl_timeout" not in _texts(first["blocks"])   # the deterministic answer goes out first
+        assert resp.get("replace_original") in (True, "true") and resp.get("response_type") == "in_channel"
         text = _texts(resp["blocks"])
         assert "근본 원인: NCCL collective 타임아웃(행)" in text
-        assert "근본 원인은 nccl_timeout" in text and "조치: " in text      # the LLM's phrasing
+        assert "근본 원인은 nccl_timeout" in text and "조치: " in text      # the LLM's phrasing, in its place
         assert "export TORCH_NCCL_TRACE_BUFFER_SIZE=2000" in text          # changes stay deterministic
         assert "p5-st-2" in text and "p5-st-2" not in llm.raw[0].decode()   # masked for the LLM, restored here
         assert h.fake.called("users.info")[0]["include_locale"] in ("true", "1", True)
+    finally:
+        llm.stop()
+
+
+def test_a_mention_is_answered_before_the_model_replies_then_the_answer_is_replaced_in_place(slack_bot):
+    """Never in the way: with a slow model the deterministic answer is posted at once; the accepted phrasing then
+    replaces that same message (chat.update on its ts), and no second answer is posted."""
+    from testkit.fakellm import FakeLLM
+    llm = FakeLLM("echo", delay=3.0)
+    try:
+        h = slack_bot(TRIAGE_LLM="openai:gpt-test", TRIAGE_LLM_BASE_URL=llm.url)
+        h.fake.threads[("C1", "7.1")] = [{"user": "U1", "ts": "7.1", "text": "<@UBOT>\n" + HANG}]
+        h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>\n" + HANG, "ts": "7.1", "channel": "C1"},
+                "EvP")
+        post = [p for p in h.fake.wait_calls("chat.postMessage") if p.get("blocks")][0]
+        assert not h.fake.called("chat.update")                    # the model has not answered yet
+        assert "Do this: " not in _texts(post["blocks"]) and "Root cause: " in _texts(post["blocks"])
+        update = h.fake.wait_calls("chat.update")[0]
+        posted_ts = [m["ts"] for m in h.fake.posted if m.get("text") == post.get("text")][0]
+        assert update["ts"] == posted_ts and update["channel"] == "C1"
+        assert "Do this: " in _texts(update["blocks"]) and "Root cause: " in _texts(update["blocks"])
+        assert len([p for p in h.fake.called("chat.postMessage") if p.get("blocks")]) == 1
+    finally:
+        llm.stop()
+
+
+def test_a_rejected_phrasing_leaves_the_posted_answer_alone(slack_bot):
+    from testkit.fakellm import FakeLLM
+    llm = FakeLLM("bad-env")
+    try:
+        h = slack_bot(TRIAGE_LLM="openai:gpt-test", TRIAGE_LLM_BASE_URL=llm.url)
+        h.fake.threads[("C1", "8.1")] = [{"user": "U1", "ts": "8.1", "text": "<@UBOT>\n" + HANG}]
+        h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>\n" + HANG, "ts": "8.1", "channel": "C1"},
+                "EvR")
+        h.fake.wait(lambda: any(p.get("name") == "white_check_mark" for p in h.fake.called("reactions.add")))
+        h.fake.wait(lambda: llm.requests)
+        assert [p for p in h.fake.called("chat.postMessage") if p.get("blocks")]
+        assert not h.fake.called("chat.update")
     finally:
         llm.stop()
 
