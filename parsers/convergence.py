@@ -42,9 +42,12 @@ _TERM_NAN = rx(r"(?i)(?:([\w./-]*loss[\w./-]*)['\"]?\s*[:=]\s*['\"]?(?:tensor\(|
 _RUNNING_AVG = re.compile(r"\s*\(\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|nan|inf)\s*\)")
 _BOUND_KEY = ("best", "min", "max", "prev", "scale", "lowest")
 _NAN_ITERS = rx(r"number of nan iterations:\s*(\d+)", needs=("nan iterations",))
-# a trainer's own check that stops on a non-finite gradient norm (Megatron: "found NaN in local grad norm in
-# backwards pass"; its Inf and "grad-norm" spellings)
-_NAN_FOUND = rx(r"(?i)found (?:nan|inf)\w* in (?:the )?(?:local )?grad(?:ient)?[ -]norm", needs=("found",), fold=True)
+# a trainer's own check on a non-finite gradient norm, stopping or skipping the step (Megatron: "found NaN in local
+# grad norm in backwards pass", its Inf and "grad-norm" spellings; ESPnet and others: "The grad norm is nan.
+# Skipping updating the model.")
+_NAN_FOUND = rx(r"(?i)found (?:nan|inf)\w* in (?:the )?(?:local )?grad(?:ient)?[ -]norm"
+                r"|\bgrad(?:ient)?[ _-]?norm (?:is|was|became|becomes) (?:nan|-nan|[-+]?inf)\b",
+                needs=("found", "norm is", "norm was", "norm bec"), fold=True)
 
 
 def _str(text) -> str:
@@ -91,7 +94,7 @@ class LossParser(Parser):
         self.skip_to = 0
         self.nan_ev = EvidenceBox()
         self.scale = ScaleWatch()
-        self.nan_iters = self.grad_nan = 0
+        self.nan_iters = self.grad_nan = self.nan_skips = 0
         self.gnan_points = 0     # NaN grad norms on lines whose loss is finite
         self.gnan_run = 0        # how many of them in a row, up to the last grad norm seen
         self.gnan_zero = 0       # ... of which the loss reads exactly 0 (the model has collapsed, not skipped a step)
@@ -170,8 +173,12 @@ class LossParser(Parser):
             self.scale.read(hit, t)
         if any(s in t for s in _SKIP):
             return
-        if search(_NAN_FOUND, t):
-            self.grad_nan += 1
+        m = search(_NAN_FOUND, t)
+        if m:   # a check that stops counts at once; one that skips the step, from its GNAN_RUN-th time on
+            stops = m.group(0)[:5].lower() == "found"
+            self.nan_skips += not stops
+            if stops or self.nan_skips >= GNAN_RUN:
+                self.grad_nan += 1 if stops or self.nan_skips > GNAN_RUN else GNAN_RUN
             self.nan_ev.hit(hit)
             return
         m = search(_NAN_ITERS, t)

@@ -35,9 +35,10 @@ _RULES = (
                             r"|no kernel image is available for execution on the device"),
      "The CUDA toolkit or the PyTorch build does not support this GPU's architecture"),
     # a compiled extension (a DeepSpeed op, flash-attn, apex, a JIT-built torch extension) that references a symbol the
-    # loaded libraries lack: it was built against another PyTorch or CUDA than the one it is loaded with
+    # loaded libraries lack: it was built against another PyTorch or CUDA than the one it is loaded with (the loader's
+    # message also stands alone on its line where a traceback wraps the ImportError)
     ("extension_abi", rx(r"ImportError: (\S+\.so(?:\.\d+)*): undefined symbol: (\S+)"
-                         r"|OSError: (\S+\.so(?:\.\d+)*): undefined symbol: (\S+)"
+                         r"|(?:OSError: |^\s*)(/?\S+\.so(?:\.\d+)*): undefined symbol: (\S+)"
                          r"|RuntimeError: operator (\w+)::(\w+) does not exist"),
      "A compiled extension was built against a different PyTorch or CUDA than the one it is loaded with"),
 )
