@@ -146,6 +146,25 @@ def test_every_call_is_bounded_and_asks_for_the_answers_schema(run, llm_server):
     assert req["response_format"]["type"] == "json_schema" and schema["required"] == ["summary", "steps", "citations"]
     system = req["messages"][0]["content"]
     assert "<" not in system.split("Reply with")[1]   # no template slot a small model could copy back
+    # the schema is this diagnosis's own: exactly its step ids, in order, and only its sections
+    ids = [f"{i}.{s.id}" for i, f in enumerate(d.findings, 1) for s in f.steps]
+    steps = schema["properties"]["steps"]
+    assert steps["items"]["properties"]["id"]["enum"] == ids and steps["minItems"] == steps["maxItems"] == len(ids)
+    cites = {c for f in d.findings for s in f.steps for c in s.cite}
+    assert set(schema["properties"]["citations"]["items"]["enum"]) == cites
+
+
+def test_the_prompt_is_sized_for_a_small_model_and_repeats_the_rules_in_the_user_turn(run, llm_server):
+    srv = llm_server("echo")
+    d = run((FIXTURES / "nccl_timeout" / "lagging_rank.log").read_bytes())
+    assert _phraser(srv.url).phrase(d, "ko").reason == "accepted"
+    user = srv.requests[0]["messages"][-1]["content"]
+    head, data = user.split("<data>", 1)
+    assert "Korean" in head and all(f"1.{s.id}" in head for s in d.findings[0].steps)   # language and ids named
+    doc = json.loads(data.rsplit("</data>", 1)[0])
+    assert all("facts" not in f and len(f["evidence"]) <= 3 for f in doc["diagnosis"]["findings"])
+    assert all(set(x) == {"id", "title"} for x in doc["sections"])      # section text stays out of the prompt
+    assert len(user) + len(srv.requests[0]["messages"][0]["content"]) < 6500   # 5.7k characters here, ~1.5k tokens
 
 
 def test_cli_llm_korean_against_the_stub(llm_server, tmp_path):
