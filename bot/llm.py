@@ -112,6 +112,8 @@ class Phrasing:
     reason: str                    # "accepted", "cached" or why it was not used
     model: str
     lang: str
+    ms: int = 0                        # how long the call took (0: cached or not made)
+    tokens: tuple[int, int] = (0, 0)   # prompt and completion tokens, as the server reported them
 
 
 def payload(d: Diagnosis, runbook: Runbook, masker: Masker) -> tuple[dict[str, Any], Allowed]:
@@ -231,11 +233,12 @@ class Phraser:
             return Phrasing(self._unmask(PhrasedAnswer.model_validate_json(cached), masker), "cached",
                             self.cfg.label, lang)
         t0 = time.monotonic()
-        raw, reason, answer = "", "accepted", None
+        raw, reason, answer, usage = "", "accepted", None, {}
         try:
             reply = self.model.invoke([("system", system), ("human", user)],
                                       **self._constrained(answer_schema(allowed.step_ids, allowed.cites)))
             raw = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
+            usage = getattr(reply, "usage_metadata", None) or {}
             answer = PhrasedAnswer.model_validate(_json_object(raw))
             problem = check(answer, allowed)
             if problem:
@@ -250,9 +253,9 @@ class Phraser:
             self.store.llm_log(diagnosis_id=diagnosis_id, model=self.cfg.label, lang=lang, prompt=system + "\n" + user,
                                response=raw, outcome=reason, ms=ms, cache_key=key if answer else None,
                                answer=answer.model_dump_json() if answer else None)
-        if answer is None:
-            return Phrasing(None, reason, self.cfg.label, lang)
-        return Phrasing(self._unmask(answer, masker), reason, self.cfg.label, lang)
+        tokens = (int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))
+        return Phrasing(self._unmask(answer, masker) if answer is not None else None, reason, self.cfg.label, lang,
+                        ms, tokens)
 
     def _constrained(self, schema: dict[str, Any]) -> dict[str, Any]:
         """The call's schema where the server enforces one (OpenAI-compatible: llama.cpp, vLLM, OpenAI)."""

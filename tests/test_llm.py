@@ -269,3 +269,22 @@ def test_hosts_outside_nccls_prefix_and_s3_buckets_never_reach_the_model(run, ll
     assert "<FQDN_1>" in body or "<S3_BUCKET_1>" in body
     if out.answer is not None:
         assert "<FQDN_" not in out.answer.summary and "<S3_BUCKET_" not in out.answer.summary
+
+
+@pytest.mark.skipif(not os.environ.get("TRIAGE_TEST_LLM_URL"), reason="opt-in: TRIAGE_TEST_LLM_URL=http://host:port/v1/ "
+                    "(and TRIAGE_TEST_LLM_MODEL) run this against a real OpenAI-compatible server")
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_a_real_server_is_bounded_and_the_guard_holds(run, lang):
+    """Against a real model: every call ends within its deadline, and whatever the guard accepts is in the language
+    asked for and says only what the diagnosis says (the stub-based tests above prove the guard's rules)."""
+    timeout = float(os.environ.get("TRIAGE_TEST_LLM_TIMEOUT", "60"))
+    phr = Phraser(LLMConfig("openai", os.environ.get("TRIAGE_TEST_LLM_MODEL", "local"),
+                            os.environ["TRIAGE_TEST_LLM_URL"], None, timeout, 600), load_runbook())
+    for path in sorted((ROOT / "examples").glob("*.log"))[:4]:
+        d = run(path.read_bytes(), path.name)
+        t0 = time.monotonic()
+        out = phr.phrase(d, lang)
+        assert time.monotonic() - t0 <= timeout + 2.0, (path.name, out.reason)
+        assert out.reason == "accepted" or out.reason.startswith(("rejected: ", "error: ", "nothing"))
+        if out.answer is not None:
+            assert (any("\uac00" <= ch <= "\ud7a3" for ch in out.answer.summary)) == (lang == "ko")
