@@ -167,6 +167,7 @@ ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "TRIAGE_DB": ("db", Path), "TRIAGE_CACHE_DIR": ("cache_dir", Path), "TRIAGE_MAX_BYTES": ("max_bytes", _positive_int),
     "TRIAGE_PLAYBOOKS": ("playbooks", _paths), "TRIAGE_ALLOWED_CHANNELS": ("allowed_channels", _channels),
     "TRIAGE_RUNBOOK_URL": ("runbook_url", _url), "TRIAGE_MAX_FILE_BYTES": ("max_file_bytes", _positive_int),
+    "TRIAGE_MAX_THREAD_BYTES": ("max_thread_bytes", _positive_int),
     "SLACK_BOT_TOKEN": ("slack_bot_token", _token("xoxb-", "a bot token")),
     "SLACK_SIGNING_SECRET": ("slack_signing_secret", Secret),
     "SLACK_APP_TOKEN": ("slack_app_token", _token("xapp-", "an app-level token")),
@@ -186,6 +187,7 @@ class Settings:
     playbooks: list[str] = field(default_factory=list)
     max_bytes: int = 4 << 30
     max_file_bytes: int = 512 << 20
+    max_thread_bytes: int = 1 << 30   # all the files of one thread, downloaded to disk one at a time
     allowed_channels: list[str] = field(default_factory=list)
     runbook_url: str | None = None
     slack_bot_token: Secret | None = None

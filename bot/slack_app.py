@@ -24,7 +24,7 @@ from bot.slack_feedback import FeedbackHandlers
 from bot.slack_work import NOT_HERE, WorkHandlers
 from bot.slack_calls import react
 from bot.slack_config import diff_blocks, split_configs
-from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
+from bot.slack_inputs import Input, Spool, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
 from bot.wiring import slack_client
 from bot.workqueue import WorkQueue
 from core.ingest import UnusableInput
@@ -171,7 +171,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
         out = []
         for inp in inputs:
             try:
-                for name, d, did, err in self.triage.run_all(inp.data, inp.name, lang, keep_empty=not inp.maybe_chat,
+                for name, d, did, err in self.triage.run_all(inp.content, inp.name, lang, keep_empty=not inp.maybe_chat,
                                                              **meta):
                     out.append((Input(name, b"", inp.note), d, did, err))
             except UnusableInput as e:
@@ -182,7 +182,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
                            lang: str = "en") -> list[tuple[Input, Diagnosis | None, int | None, str]]:
         name = Joined.title([i.name for i in inputs])
         try:
-            d, did = self.triage.run_together([(i.name, i.data) for i in inputs], name, lang, **meta)
+            d, did = self.triage.run_together([(i.name, i.content) for i in inputs], name, lang, **meta)
         except UnusableInput as e:
             return [(Input(name, b""), None, None, str(e))]
         if any(i.note for i in inputs):
@@ -297,6 +297,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
             client.chat_postMessage(channel=channel, thread_ts=root, text=kit.USAGE)
             return
         react(client, channel, ts, "eyes")
+        spool = Spool(self.settings.max_thread_bytes)   # the thread's files on disk, removed when answered
         try:
             replies = client.conversations_replies(channel=channel, ts=root, limit=200)
             bot_user = context.get("bot_user_id")
@@ -305,7 +306,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
                 if msg.get("bot_id") or (bot_user and msg.get("user") == bot_user):
                     continue
                 got, skipped = message_inputs(msg, self.token, self.settings.max_file_bytes, self.hosts,
-                                              f"message {i + 1}")
+                                              f"message {i + 1}", spool)
                 inputs += got
                 notes += skipped
             inputs, configs, more = split_configs(inputs)   # a DeepSpeed/HF config or launch script: a diff of it
@@ -326,6 +327,8 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
             react(client, channel, ts, "exclamation")
             client.chat_postMessage(channel=channel, thread_ts=root,
                                     text=":warning: Triage failed on this thread; the error is in the bot's log.")
+        finally:
+            spool.close()
 
     def _reply_thread(self, client: WebClient, channel: str, root: str, results, notes: list[str],
                       mention_text: str, lang: str, configs: list[tuple[str, str]] = ()) -> None:
@@ -370,11 +373,12 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
             client.chat_postEphemeral(channel=channel, user=user,
                                       text=NOT_HERE if not self.allowed(channel) else self.limiter.message(user))
             return
-        inputs, notes = message_inputs(msg, self.token, self.settings.max_file_bytes, self.hosts, "message")
         meta = {"source": "shortcut", "team": body.get("team", {}).get("id", ""), "channel": channel, "user": user,
                 "thread_ts": root or ""}
         lang = self.lang(client, user)
-        results = self._diagnose_inputs(inputs, meta, lang)
+        with Spool(self.settings.max_thread_bytes) as spool:
+            inputs, notes = message_inputs(msg, self.token, self.settings.max_file_bytes, self.hosts, "message", spool)
+            results = self._diagnose_inputs(inputs, meta, lang)
         posted, later = False, []
         for inp, d, did, err in results:
             if d is None:

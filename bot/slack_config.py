@@ -21,14 +21,15 @@ def split_configs(inputs: list[Input]) -> tuple[list[Input], list[tuple[str, str
         if inp.maybe_chat or "(pasted text)" in inp.name or not name.endswith(CONFIG_EXT):
             logs.append(inp)
             continue
+        head = inp.head(MAX_CONFIG_BYTES + 1)
         try:
-            text = inp.data[:MAX_CONFIG_BYTES + 1].decode("utf-8")
+            text = head.decode("utf-8")
             if name.endswith(".json"):
                 json.loads(text)
         except (UnicodeDecodeError, ValueError):
             logs.append(inp)
             continue
-        if len(inp.data) > MAX_CONFIG_BYTES:
+        if len(head) > MAX_CONFIG_BYTES:
             notes.append(f"`{inp.name}` is over {MAX_CONFIG_BYTES >> 10} KiB: not read as a config")
             continue
         configs.append((inp.name, text))

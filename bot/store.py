@@ -41,6 +41,7 @@ def load_doc(raw, diagnosis_id=None) -> dict | None:
 migrations = Migrations("train-triage")
 
 
+
 class StoreError(SettingsError):
     """TRIAGE_DB cannot be opened or written (a settings problem to the CLI: one line, exit code 2)."""
 
@@ -237,15 +238,16 @@ class Store:
             db = self._local.db = sqlite_utils.Database(conn)
         return db
 
-    def record(self, d: Diagnosis, data: bytes | None = None, *, source: str = "cli", team: str = "",
+    def record(self, d: Diagnosis, data: bytes | str | None = None, *, source: str = "cli", team: str = "",
                channel: str = "", user: str = "", thread_ts: str = "", job_key: str = "", at: str | None = None) -> int:
-        """Commit the diagnosis (and its findings) and return its id. Call before sending any answer."""
+        """Commit the diagnosis (and its findings) and return its id. Call before sending any answer. `data`: the
+        input's bytes, or their sha256 already computed (bot.service.input_digest)."""
         doc = json.dumps(mask_value(d.to_json_dict()), ensure_ascii=False)   # values masked, never the JSON text
         top = d.findings[0] if d.findings else None
         row = {
             "created_at": at or now(), "source": source, "team": team, "channel": channel, "user": user,
             "thread_ts": thread_ts, "message_ts": "", "input_name": mask_secrets(d.input.name),
-            "input_sha256": hashlib.sha256(data).hexdigest() if data is not None else "",
+            "input_sha256": (data if isinstance(data, str) else hashlib.sha256(data).hexdigest()) if data else "",
             "input_bytes": d.input.bytes, "lines": d.input.lines, "truncated": int(d.input.truncated),
             "top_symptom": top.symptom if top else "none", "top_title": mask_secrets(top.title) if top else "",
             "findings_count": len(d.findings), "job_key": mask_secrets(job_key_for(d, job_key)), "diagnosis_json": doc,
