@@ -23,11 +23,16 @@ from parsers.slow_util import UtilParser, UtilSamplesParser
 _HEADER = rx(r"^\s*Name\s+Self CPU %\s+Self CPU\s+CPU total %\s+CPU total\b")
 _DATALOADER_ROW = rx(r"^\s*(enumerate\(DataLoader\)\S*)\s+([\d.]+)%\s+\S+\s+([\d.]+)%\s+([\d.]+)(us|ms|s)\b")
 _TOTAL = rx(r"^Self CPU time total:\s*([\d.]+)(us|ms|s)\b")
+# Lightning's PyTorchProfiler: the whole step (ProfilerStep*) and the training batch inside it, by CPU total %; what
+# the step spends outside its batch is fetching the next one (and hooks)
+_STEP_ROWS = rx(r"^\s*(ProfilerStep\*?|(?:\[pl\]\[profile\])?run_training_batch)\s+[\d.]+%\s+\S+\s+([\d.]+)%",
+                needs=("ProfilerStep", "run_training_batch"))
+OUTSIDE_BATCH_BAD_PCT = 50.0   # inferred, not measured: only a step mostly outside its batch counts
 
 
 class InputParser(Parser):
     name = "slow_input"
-    triggers = ("Self CPU %", "enumerate(DataLoader)", "Self CPU time total")
+    triggers = ("Self CPU %", "enumerate(DataLoader)", "Self CPU time total", "ProfilerStep", "run_training_batch")
 
     def __init__(self) -> None:
         super().__init__()
@@ -35,6 +40,7 @@ class InputParser(Parser):
         self.share: float | None = None
         self.row = ""
         self.total_ms: float | None = None
+        self.steps: dict[str, tuple[float, int, str]] = {}
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
@@ -51,13 +57,35 @@ class InputParser(Parser):
                 if share > INPUT_BAD_PCT:
                     self.ev.hit(hit, t)
             return
+        m = search(_STEP_ROWS, t)
+        if m:
+            self.steps.setdefault("step" if m.group(1).startswith("Profiler") else "batch", (float(m.group(2)),
+                                                                                              hit.no, t))
+            return
         m = search(_TOTAL, t)
         if m:
             self.total_ms = round(float(m.group(1)) * TO_MS[m.group(2)], 3)
 
+    def _outside_batch(self) -> list[Finding]:
+        """The profiled step mostly outside its training batch: the loop waits on the next batch."""
+        if set(self.steps) != {"step", "batch"} or self.steps["step"][0] <= 0:
+            return []
+        (step, no, t), (batch, bno, bt) = self.steps["step"], self.steps["batch"]
+        share = round(100 * (1 - batch / step), 1)
+        if share <= OUTSIDE_BATCH_BAD_PCT:
+            return []
+        self.ev.add(no, t)
+        self.ev.add(bno, bt)
+        title = (f"The step waits outside its training batch: the batch holds {batch:g}% of the profiled CPU time and "
+                 f"the whole step {step:g}%, so {share:g}% of each step goes to fetching the next batch")
+        return [Finding(symptom="slow_input", rule="slow_input.profiler_step_gap", title=title, severity="warning",
+                        confidence=0.6, evidence=self.ev.items, facts={"input_share_pct": share,
+                                                                       "input_row": "ProfilerStep* - run_training_batch"},
+                        first_line=self.ev.first())]
+
     def finish(self, ctx: Context) -> list[Finding]:
         if self.share is None or self.share <= INPUT_BAD_PCT:
-            return []
+            return self._outside_batch()
         facts = {"input_share_pct": self.share, "input_row": self.row}
         if self.total_ms is not None:
             facts["profile_total_ms"] = self.total_ms

@@ -36,6 +36,7 @@ _SMI_ROW = rx(r"^\|\s*(?:N/A|\d+%)\s+-?\d+C\s+P\d+\s+(?:\S+\s+)?(N/A|\d+W)\s*/\s
               r"\s*\|\s*(\d+)%", needs=("MiB /",))
 IDLE_PCT, BUSY_PCT = 5.0, 50.0      # one snapshot: an idle GPU beside a busy one ...
 IDLE_POWER, HELD_MIB = 0.35, 1024   # ... drawing little of its power cap while it holds a job's memory
+LOW_POWER = 0.6                     # a GPU busy under half the time and drawing under 60% of its cap: underfed
 _SMI_GPU = rx(r"^\|\s+(\d+)\s+\S")
 # a whole job's average utilisation as a scheduler or DCGM reports it when the job ends: Slurm jobstats'
 # "GPU utilization [|||||      33%]", `dcgmi stats -v -j`'s "| SM Utilization (%) | Avg: 0, Max: 0, Min: 0 |"
@@ -137,6 +138,7 @@ class UtilSamplesParser(Parser):
         self.head: tuple[int, str] | None = None
         self.dcgm = False   # the samples are DCGM's SM activity (judged against its own, lower bar)
         self.idle: tuple[list[str], int, int, str] | None = None   # one snapshot's idle GPUs, its size, a line
+        self.underfed: tuple[list[float], int, str] | None = None   # one snapshot, every GPU underfed
         # nvidia-smi table rows: util, GPU index (None without the row above), line, power / cap, MiB in use
         self.smi: list[tuple[float, str | None, int, str, float | None, int]] = []
         self.job_avg: list[tuple[float, int, str]] = []   # whole-job averages: value, line, text
@@ -224,6 +226,11 @@ class UtilSamplesParser(Parser):
         # looks the same in one snapshot — tests/corpus wave5's H100 case)
         if busy and len(idle) >= len(busy):
             self.idle = (sorted(r[3] for r in idle), len(rows), idle[0][4], idle[0][5])
+        # every GPU of the snapshot holds a job's memory and works, but at well under half its capacity and power:
+        # the job keeps all of them underfed at that instant (an idle server reads 0%, a healthy job near 100%)
+        elif rows and all(IDLE_PCT < r[0] < BUSY_PCT and r[2] >= HELD_MIB and r[1] is not None and r[1] <= LOW_POWER
+                          for r in rows):
+            self.underfed = (sorted(r[0] for r in rows), rows[0][4], rows[0][5])
 
     def _job_average(self) -> list[Finding]:
         """A job's own average: judged alone (a job that held its GPUs at 0% is an idle allocation, not no job)."""
@@ -248,6 +255,16 @@ class UtilSamplesParser(Parser):
                      f"busy ({len(ids)} of {n} GPUs in the nvidia-smi snapshot)")
             return [Finding(symptom="low_gpu_util", rule="low_gpu_util.idle_gpus", title=title, severity="warning",
                             confidence=0.55, evidence=self.ev.items, facts={"gpus": n, "samples": n},
+                            first_line=self.ev.first())]
+        if self.underfed and not self.samples:
+            utils, no, text = self.underfed
+            self.ev.add(no, text)
+            title = (f"Every GPU in the nvidia-smi snapshot holds the job's memory but is busy only "
+                     f"{utils[0]:g}-{utils[-1]:g}% of the time at low power ({len(utils)} GPU(s)), under the "
+                     f"{UTIL_LOW_PCT:g}% target")
+            return [Finding(symptom="low_gpu_util", rule="low_gpu_util.snapshot", title=title, severity="warning",
+                            confidence=0.5, evidence=self.ev.items, facts={"util_pct": utils[-1], "gpus": len(utils),
+                                                                          "samples": len(utils)},
                             first_line=self.ev.first())]
         # an idle GPU (every sample 0) is no job at all, not an underused one
         if len(self.samples) < 3 or not any(self.samples) or self.head is None:
