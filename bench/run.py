@@ -39,11 +39,11 @@ def check_found(doc: dict, info: dict) -> bool:
 
 
 def slack_latency(n: int = 40) -> tuple[float, float]:
-    from bot.server import make_server
+    from bot.slack.server import make_server
     from bot.service import Triage
     from bot.settings import Settings
-    from bot.slack_app import create_app
-    from bot.store import Store
+    from bot.slack.app import create_app
+    from bot.store.store import Store
     from testkit.fakeslack import FakeSlack, post_signed, slash_body
     from engine import Engine
     from knowledge.runbook import load as load_runbook
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     literals = work / "person-literals.txt"   # what a person greps for, not the parsers' trigger list
     literals.write_text("\n".join(PERSON) + "\n")
     try:
-        from parsers.scan import make_backend
+        from parsers.scan.scanner import make_backend
         backend = make_backend([b"x"]).name
     except Exception:
         backend = "?"

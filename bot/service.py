@@ -6,7 +6,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from bot.store import Store
+from bot.store.store import Store
 from core.ingest import UnusableInput, from_bytes
 from core.inputs import Joined, expand
 from core.models import Diagnosis
@@ -23,7 +23,7 @@ class Triage:
     runbook: Runbook
     store: Store | None = None
     max_bytes: int = 4 << 30
-    phraser: Any = None  # bot.llm.Phraser when TRIAGE_LLM is set
+    phraser: Any = None  # bot.answer.llm.Phraser when TRIAGE_LLM is set
 
     def run_all(self, data: bytes, name: str, lang: str = "en", keep_empty: bool = True, **meta: str):
         """Like run, for every member when the data is an archive: yields (name, diagnosis or None, id, error).

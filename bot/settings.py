@@ -119,13 +119,13 @@ def _rate(v: str) -> str:
 
 
 def _cron(v: str) -> str:
-    from bot.schedule import Cron
+    from bot.proactive.schedule import Cron
     Cron(v)
     return v
 
 
 def _tz(v: str) -> str:
-    from bot.schedule import Cron
+    from bot.proactive.schedule import Cron
     Cron("0 9 * * 1", v)
     return v
 
@@ -137,7 +137,7 @@ def _llm(v: str) -> str:
 
 def _loss_spike(v: str):
     """"rel=0.3,mad_k=4": the options the loss parser declares (LossParser.Options, a SpikeThresholds)."""
-    from parsers.base import parse_options
+    from parsers.scan.base import parse_options
     from parsers.convergence import LossParser
     return parse_options(LossParser.Options, v)
 
@@ -145,7 +145,7 @@ def _loss_spike(v: str):
 def _scan_backend(v: str) -> str:
     from importlib.util import find_spec
 
-    from parsers.scan import BACKENDS
+    from parsers.scan.scanner import BACKENDS
     if v not in BACKENDS:
         raise ValueError(f"must be one of {', '.join(BACKENDS)}, not {v!r}")
     if v in ("hyperscan", "ahocorasick") and find_spec(v) is None:

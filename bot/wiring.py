@@ -34,7 +34,7 @@ def builtin_engine():
 def store(settings, write: bool = False):
     """The store; with write=True (serve, watch: they must remember what they answered) a database that can only be
     read is refused with one line naming TRIAGE_DB instead of being read only."""
-    from bot.store import Store, StoreError
+    from bot.store.store import Store, StoreError
     s = Store(settings.db)
     if write and s.readonly:
         raise StoreError(f"TRIAGE_DB {settings.db}: the database cannot be written (read-only file, directory or "
@@ -50,15 +50,15 @@ def triage(settings, store):
     runbook, cfg = load_runbook(), settings.llm_config()
     phraser = None
     if cfg is not None:
-        from bot.llm import Phraser
+        from bot.answer.llm import Phraser
         phraser = Phraser(cfg, runbook, store)
     return Triage(engine(settings), runbook, store, settings.max_bytes, phraser)
 
 
 def slack_client(settings):
     """The Web API client with the bot token (and SLACK_API_BASE_URL when set: a local fake Slack in tests). Every
-    call it makes passes through bot.mrkdwn's pass over text (no live mention or link from a log or a model)."""
-    from bot.mrkdwn import runbook_links
+    call it makes passes through bot.answer.mrkdwn's pass over text (no live mention or link from a log or a model)."""
+    from bot.answer.mrkdwn import runbook_links
     token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None
     kwargs = {"base_url": settings.slack_api_base_url} if settings.slack_api_base_url else {}
     return safe_client_class()(token=token, links=runbook_links(settings.runbook_url), **kwargs)
@@ -68,13 +68,13 @@ def slack_client(settings):
 def safe_client_class():
     from slack_sdk import WebClient
 
-    from bot.mrkdwn import defuse_payload
+    from bot.answer.mrkdwn import defuse_payload
 
-    from bot import post_once
+    from bot.slack import post_once
 
     class SafeWebClient(WebClient):
-        """A WebClient whose every call has its text fields defused (bot.mrkdwn) just before it is sent, and whose
-        chat.postMessage is posted once however its reply is lost (bot.post_once)."""
+        """A WebClient whose every call has its text fields defused (bot.answer.mrkdwn) just before it is sent, and whose
+        chat.postMessage is posted once however its reply is lost (bot.slack.post_once)."""
 
         def __init__(self, *args, links: tuple[str, ...] = (), **kwargs):
             super().__init__(*args, **kwargs)

@@ -228,7 +228,7 @@ def test_jobs_diagnoses_files_in_worker_processes_with_the_same_output_in_the_sa
 
 
 def test_worker_processes_only_pay_off_for_several_big_files(tmp_path):
-    from bot.parallel import POOL_FROM, jobs_for
+    from bot.cli.parallel import POOL_FROM, jobs_for
     big = []
     for name in ("n1.log", "n2.log"):
         with open(tmp_path / name, "wb") as f:

@@ -37,7 +37,7 @@ def t(lang: str, key: str) -> str:
 def finding_title(lang: str, f) -> str:
     """The finding's title in the reader's language (Korean built from its facts)."""
     if lang == "ko":
-        from bot.titles_ko import title
+        from bot.answer.titles_ko import title
         return title(f)
     return f.title
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bot.guard import Allowed, PhrasedAnswer, check, directions, numbers_in, tokens_in, value_keys
+from bot.answer.guard import Allowed, PhrasedAnswer, check, directions, numbers_in, tokens_in, value_keys
 from bot.settings import PROVIDERS, LLMConfig
 from core.models import Diagnosis
 from core.redact import Masker
@@ -135,7 +135,7 @@ def payload(d: Diagnosis, runbook: Runbook, masker: Masker) -> tuple[dict[str, A
 
 def _meaning(allowed: Allowed, d: Diagnosis, runbook: Runbook, masker: Masker, own: list[str], material: list[str],
              sections: list[dict]) -> None:
-    """What the guard's meaning checks compare the answer with (bot.guard.meaning), in the model's masked terms."""
+    """What the guard's meaning checks compare the answer with (bot.answer.guard.meaning), in the model's masked terms."""
     section_text = "\n".join(x["text"] for x in sections)
     allowed.own = masker.mask("\n".join(own)) + "\n" + section_text
     allowed.material = allowed.own + "\n" + masker.mask("\n".join(material))

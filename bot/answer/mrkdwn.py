@@ -1,6 +1,6 @@
 """The one place text becomes Slack mrkdwn: every message, update, view and response_url answer the bot sends passes
 through `defuse_payload` on its way out (bot.wiring.SafeWebClient for Web API calls, `safe_respond` for
-response_url answers). Builders escape what they interpolate (bot.slack_blocks.esc); this pass makes a missed one
+response_url answers). Builders escape what they interpolate (bot.slack.blocks.esc); this pass makes a missed one
 harmless on every surface, present and future: any Slack control sequence `<…>` that is not one the bot writes
 itself — a user or channel mention by id, a link into the configured runbook — is escaped, so a log line or a model
 answer holding `<!channel>`, `<!subteam^…>`, `<mailto:…|Click here>` or `<https://evil|label>` shows as text."""
@@ -91,5 +91,5 @@ def outgoing(fn, client=None, links: Iterable[str] = ()):
 
 
 def runbook_links(runbook_url: str | None) -> tuple[str, ...]:
-    """The link prefixes the bot writes itself: the configured runbook (as bot.slack_blocks.cite_text makes them)."""
+    """The link prefixes the bot writes itself: the configured runbook (as bot.slack.blocks.cite_text makes them)."""
     return (runbook_url.rstrip("/") + "/",) if runbook_url else ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import re
 
-from bot.i18n import finding_title, symptom_name, t
+from bot.answer.i18n import finding_title, symptom_name, t
 from core.models import Change, Diagnosis, Finding
 
 

@@ -91,7 +91,7 @@ def for_terminal(text: str, mode: str = "auto", stream=sys.stdout) -> str:
 
 
 def inert(text: str) -> str:
-    from bot.render import terminal_safe   # the one escaping of control characters
+    from bot.answer.render import terminal_safe   # the one escaping of control characters
     return terminal_safe(text)
 
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:   # sqlite_utils only when the command runs: a plain `triage diagnose` must not pay for it
-    from bot.store import Store
+    from bot.store.store import Store
 
 
 def feedback_cases(store: "Store", since: datetime | None = None) -> Iterator[dict]:
@@ -16,7 +16,7 @@ def feedback_cases(store: "Store", since: datetime | None = None) -> Iterator[di
     if since is not None:
         where += " and created_at >= ?"
         params.append(since.isoformat())
-    from bot.store import load_doc
+    from bot.store.store import load_doc
     from core.redact import mask_secrets
     for row in store.db.query("select id, created_at, top_symptom, correct_symptom, correct_text, diagnosis_json "
                               f"from diagnoses where {where} order by id", params):
@@ -36,7 +36,7 @@ def feedback_cases(store: "Store", since: datetime | None = None) -> Iterator[di
 def cmd_corpus_export(args, settings) -> int:
     import sys
 
-    from bot.store import now
+    from bot.store.store import now
     from bot.wiring import store
     if not args.feedback:
         print("triage: corpus export needs --feedback (the only source so far)", file=sys.stderr)

@@ -28,7 +28,7 @@ class Emitter:
         self.shares = 0
 
     def __call__(self, d) -> None:
-        from bot.render import diagnosis_text, json_safe, terminal_safe
+        from bot.answer.render import diagnosis_text, json_safe, terminal_safe
         args, store, phraser, config = self.args, self.store, self.phraser, self.config
         self.shares += any(LOG_HOLDS_HOST in f.facts for f in d.findings)
         did = _record(store, d, args.job) if (store is not None and args.record) else None
@@ -46,7 +46,7 @@ class Emitter:
                                    "answer": phrasing.answer.model_dump() if phrasing.answer else None}
             print(json_safe(json.dumps(doc, ensure_ascii=False)))
         else:
-            from bot.terminal import for_terminal
+            from bot.answer.terminal import for_terminal
             text = terminal_safe(diagnosis_text(d, args.lang, phrasing, verbose=getattr(args, "verbose", False)))
             print(for_terminal(text, getattr(args, "color", "auto")), end="")
             if fix is not None:
@@ -61,7 +61,7 @@ class Emitter:
 
 
 def _patch(d, path: str, text: str):
-    from bot.patch import patch
+    from bot.patch.patch import patch
     return patch(d, os.path.basename(path), text)
 
 

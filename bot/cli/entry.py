@@ -8,20 +8,20 @@ import sys
 
 from bot.settings import Settings, SettingsError
 from core.ingest import UnusableInput
-from bot.emit import Emitter
+from bot.cli.emit import Emitter
 from playbooks.engine import PlaybookError
 from bot.wiring import engine as _engine, store as _store
 
 
 def cmd_diagnose(args, settings: Settings) -> int:
-    from bot.render import terminal_safe
+    from bot.answer.render import terminal_safe
     store = _store(settings) if (args.record or args.llm) else None
     phraser = _phraser(settings, store) if args.llm else None
     status = 0
     config = _read_config(args.config) if args.config else None
     if args.config and config is None:
         return 2
-    from bot.parallel import jobs_for, split_jobs
+    from bot.cli.parallel import jobs_for, split_jobs
     from core.inputs import log_paths
     paths, notes = log_paths(args.files)
     for note in notes:
@@ -54,8 +54,8 @@ def cmd_diagnose(args, settings: Settings) -> int:
 
 def _diagnose_in_pool(paths, settings: Settings, lang: str, jobs: int, emit) -> int:
     """--jobs: the files in worker processes, printed in the order given, as one by one would print them."""
-    from bot.parallel import diagnose_files
-    from bot.render import terminal_safe
+    from bot.cli.parallel import diagnose_files
+    from bot.answer.render import terminal_safe
     status = 0
     for outcomes in diagnose_files(paths, settings, lang, jobs):
         for kind, value in outcomes:
@@ -81,7 +81,7 @@ def _read_config(path: str) -> str | None:
 
 def _inputs(paths: list[tuple[str, str]], max_bytes: int):
     """(source, progress) for every file and every member of every archive; (None, None) after a bad one."""
-    from bot.render import terminal_safe
+    from bot.answer.render import terminal_safe
     from core.inputs import open_inputs
     for path, name in paths:
         notes: list[str] = []
@@ -144,14 +144,14 @@ def _phraser(settings: Settings, store):
     if cfg is None:
         print("triage: --llm given but TRIAGE_LLM is not set; showing the deterministic diagnosis", file=sys.stderr)
         return None
-    from bot.llm import Phraser
+    from bot.answer.llm import Phraser
     from knowledge.runbook import load as load_runbook
     return Phraser(cfg, load_runbook(), store)
 
 
 def cmd_eval(args, settings: Settings) -> int:
     """Score one or more corpus files together (one table), e.g. tests/corpus/*.jsonl."""
-    from bot.evaluate import Score, evaluate, markdown_table, report, rule_changes
+    from bot.cli.evaluate import Score, evaluate, markdown_table, report, rule_changes
     engine, sc, corpora = _engine(settings), Score(), []
     for path in args.corpus:
         try:
@@ -179,8 +179,8 @@ def cmd_eval(args, settings: Settings) -> int:
 
 
 def cmd_serve(args, settings: Settings) -> int:
-    from bot.slack_app import create_app
-    from bot.server import serve_http, serve_socket
+    from bot.slack.app import create_app
+    from bot.slack.server import serve_http, serve_socket
     from bot.wiring import triage as make_triage
     from slack_sdk.errors import SlackApiError, SlackClientError
     _logging()
@@ -195,7 +195,7 @@ def cmd_serve(args, settings: Settings) -> int:
         return 2
     if app.triage_bot.outbox is not None:
         app.triage_bot.outbox.start(app.client)
-    app.triage_bot.resume()   # work a killed process left unfinished (bot.journal)
+    app.triage_bot.resume()   # work a killed process left unfinished (bot.store.journal)
     if settings.report_channel:
         _schedule_reports(settings, triage, app)
     if mode == "socket":
@@ -236,7 +236,7 @@ def _schedule_reports(settings: Settings, triage, app) -> None:
     from datetime import datetime, timezone
 
     from bot import report
-    from bot.schedule import Cron, Scheduler
+    from bot.proactive.schedule import Cron, Scheduler
 
     def job():
         report.post(app.client, settings.report_channel, report.last_week(triage.store))
@@ -331,12 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("corpus", nargs="+", help="JSON-lines corpus file(s), scored together")
     e.add_argument("--markdown", action="store_true", help="print the per-symptom table as Markdown (the README's)")
     e.set_defaults(func=cmd_eval)
-    from bot.corpus_export import add_parser as add_corpus
-    from bot.fleet import add_parser as add_fleet
-    from bot.notify import add_parser as add_notify
-    from bot.plan_cli import add_parser as add_plan
-    from bot.rules_cli import add_parser as add_rules
-    from bot.watch import add_parser as add_watch
+    from bot.cli.corpus import add_parser as add_corpus
+    from bot.fleet.fleet import add_parser as add_fleet
+    from bot.proactive.notify import add_parser as add_notify
+    from bot.cli.plan import add_parser as add_plan
+    from bot.cli.rules import add_parser as add_rules
+    from bot.proactive.watch import add_parser as add_watch
     add_plan(sub)
     add_corpus(sub)
     add_notify(sub)
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "job", None) and not getattr(args, "record", False):
         parser.error("--job names the job a stored diagnosis belongs to: use it with --record")
-    from bot.terminal import SafeStderr
+    from bot.answer.terminal import SafeStderr
     stderr, sys.stderr = sys.stderr, SafeStderr(sys.stderr)   # names and notes on stderr never drive the terminal
     try:
         settings = Settings.from_env()

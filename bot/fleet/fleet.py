@@ -5,7 +5,7 @@ diagnose --together` reads it, with the same engine; each result is one JSON lin
 stores the results from this process only (one writer), once per job and file signature: a rerun skips what is
 unchanged.
 
-Listing, reading and the executors: bot/fleet_jobs.py, bot/fleet_s3.py, bot/fleet_run.py."""
+Listing, reading and the executors: bot/fleet/jobs.py, bot/fleet/s3.py, bot/fleet/run.py."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from typing import Iterator
 
-from bot.fleet_jobs import Job, Unlisted
+from bot.fleet.jobs import Job, Unlisted
 
 
 class Fleet:
@@ -53,7 +53,7 @@ class Fleet:
 
     def take(self, row: dict) -> None:
         """One row back: its JSON line, recorded with --record, counted; the progress line redrawn."""
-        from bot.render import json_safe
+        from bot.answer.render import json_safe
         from core.redact import mask_secrets
         job = self.jobs.pop(f"{row['source']}::{row['job']}", None)
         doc = json.loads(row["doc"]) if row.get("doc") else None
@@ -78,7 +78,7 @@ class Fleet:
         """The diagnosis (healthy runs too: their step times feed the report) and the job's signature, together."""
         import sqlite3
 
-        from bot.store import now
+        from bot.store.store import now
         from core.models import Diagnosis
         try:
             did = None
@@ -116,7 +116,7 @@ class Fleet:
 
 def _options(args) -> tuple[float | None, float] | str:
     """(--since in seconds or None, --timeout in seconds), or what is wrong with them."""
-    from bot.watch import duration
+    from bot.proactive.watch import duration
     try:
         return (duration(args.since) if args.since else None), duration(args.timeout)
     except ValueError as e:
@@ -126,7 +126,7 @@ def _options(args) -> tuple[float | None, float] | str:
 def _missing(args) -> str | None:
     """Why this run cannot start on this installation (no Ray, no boto3 for S3), or None."""
     import importlib.util
-    from bot.fleet_run import INSTALL, ray_missing
+    from bot.fleet.run import INSTALL, ray_missing
     if args.jobs and args.ray is not None:
         return "--ray and --jobs: choose one (--jobs N reads on this machine without Ray)"
     if not args.jobs and ray_missing():
@@ -137,8 +137,8 @@ def _missing(args) -> str | None:
 
 
 def cmd_fleet(args, settings) -> int:
-    from bot.fleet_jobs import Spec, list_jobs
-    from bot.fleet_run import on_processes, on_ray
+    from bot.fleet.jobs import Spec, list_jobs
+    from bot.fleet.run import on_processes, on_ray
     from bot.wiring import engine, store
     opts, why = _options(args), _missing(args)
     if isinstance(opts, str) or why:

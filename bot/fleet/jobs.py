@@ -60,7 +60,7 @@ def _why(e: BaseException) -> str:
 
 
 def _dir_jobs(root: str) -> Iterator[Job]:
-    from bot.watch import jobs_in, signature
+    from bot.proactive.watch import jobs_in, signature
     root = os.path.abspath(root)
     for job, files in jobs_in(root).items():
         seen = signature(files)
@@ -71,7 +71,7 @@ def _dir_jobs(root: str) -> Iterator[Job]:
 def _glob_jobs(pattern: str) -> Iterator[Job]:
     """A glob's matches as the entries of one folder: a matched folder is a job (named by its path below the
     pattern's fixed part), matched log files sharing a Slurm job id are one."""
-    from bot.watch import folder_files, group_jobs, signature
+    from bot.proactive.watch import folder_files, group_jobs, signature
     matches = sorted(glob.glob(pattern, recursive=True))
     if not matches:
         raise FileNotFoundError(f"{pattern}: no directory or file matches")
@@ -86,8 +86,8 @@ def _glob_jobs(pattern: str) -> Iterator[Job]:
 
 
 def _s3_jobs(uri: str, endpoint: str | None) -> Iterator[Job]:
-    from bot.fleet_s3 import Listing
-    from bot.watch import group_jobs
+    from bot.fleet.s3 import Listing
+    from bot.proactive.watch import group_jobs
     listing = Listing(uri, endpoint)
     for job, files in group_jobs(listing.entries(), listing.files_of):
         seen = listing.signature(files)
@@ -127,7 +127,7 @@ def _opener(loc: str, name: str, spec: Spec):
     from core.inputs import expand, open_inputs
     if loc.startswith("s3://"):
         def s3():
-            from bot.fleet_s3 import open_object
+            from bot.fleet.s3 import open_object
             return expand(open_object(loc, spec.max_bytes, name, spec.endpoint))
         return s3
     return lambda: open_inputs(loc, spec.max_bytes, name)

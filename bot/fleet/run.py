@@ -1,6 +1,6 @@
 """Where `triage fleet` reads its jobs: Ray Data tasks (a local Ray, `auto`, or a cluster's address), or this
 machine's worker processes (`--jobs N`, no Ray needed). Both take the jobs in windows as the listing goes, read
-each with bot.fleet_jobs.read_job and hand back its row as soon as it is done, in whatever order they finish."""
+each with bot.fleet.jobs.read_job and hand back its row as soon as it is done, in whatever order they finish."""
 from __future__ import annotations
 
 import logging
@@ -8,7 +8,7 @@ import uuid
 from itertools import islice
 from typing import Iterable, Iterator
 
-from bot.fleet_jobs import Job, Spec, read_job
+from bot.fleet.jobs import Job, Spec, read_job
 
 INSTALL = ("triage fleet runs on Ray: install the fleet extra (pip install '.[fleet]' in a checkout, or "
            "pip install 'train-triage[fleet]'), or read on this machine's processes with --jobs N")

@@ -11,8 +11,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from bot.patch_target import kind_of, reader_of, skip_reason, translate
-from bot.render import literal as _literal
+from bot.patch.target import kind_of, reader_of, skip_reason, translate
+from bot.answer.render import literal as _literal
 from core.models import Change, Diagnosis
 
 

@@ -1,6 +1,6 @@
 """`triage notify`: diagnose one job's logs and post the answer to a Slack channel before anyone asks — the same
 blocks and feedback buttons as /diagnose, one thread per job, stored like every diagnosis. The Slurm epilog in
-`examples/slurm/` and `triage watch` (bot/watch.py) call it."""
+`examples/slurm/` and `triage watch` (bot/proactive/watch.py) call it."""
 from __future__ import annotations
 
 import sys
@@ -48,7 +48,7 @@ class Notifier:
     """Posts job diagnoses to one channel through a SlackBot's answer path (outbox, attachments, LLM phrasing)."""
 
     def __init__(self, settings, store, channel: str, lang: str = "en"):
-        from bot.slack_app import SlackBot
+        from bot.slack.app import SlackBot
         from bot.wiring import slack_client, triage
         self.client = slack_client(settings)
         self.triage = triage(settings, store)
@@ -67,11 +67,11 @@ class Notifier:
         d = diagnosis or self.diagnose(paths, Joined.title([n for _, n in paths]))
         if not d.findings and (exit_code == 0 or (exit_code is None and only_failures)):
             return Outcome("skipped", why="no finding" + (" and exit code 0" if exit_code == 0 else ""))
-        from bot.store import job_key_for
+        from bot.store.store import job_key_for
         key = mask_secrets(job_key_for(d, job))
         thread = self.store.job_thread(key, self.channel)
         did = self.triage.record(d, None, source="notify", channel=self.channel, job_key=key)
-        from bot import slack_blocks as kit
+        from bot.slack import blocks as kit
         blocks, text, cut = self.bot.answer(d, did, self.lang)
         if not d.findings and exit_code:   # never a green tick on a job that exited non-zero
             lang = self.lang if self.lang in FAILED_UNKNOWN else "en"
@@ -83,7 +83,7 @@ class Notifier:
 
     def head(self, key: str, exit_code: int | None, files: int, d) -> str:
         lang = self.lang if self.lang in HEAD else "en"
-        from bot.i18n import symptom_name
+        from bot.answer.i18n import symptom_name
         verdict = symptom_name(lang, d.findings[0].symptom) if d.findings else NOTHING[lang]
         code = exit_text(exit_code, lang) if exit_code is not None else ""
         return mask_secrets(HEAD[lang].format(job=key, code=code, verdict=verdict, files=FILES[lang].format(n=files)))

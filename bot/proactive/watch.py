@@ -90,7 +90,7 @@ class JobFailed(str):
 @dataclass
 class Watcher:
     root: str
-    notifier: object          # bot.notify.Notifier
+    notifier: object          # bot.proactive.notify.Notifier
     settle: float = 60.0
     max_age: float = 86400.0
 
@@ -102,7 +102,7 @@ class Watcher:
         return rows[0] if rows else None
 
     def _mark(self, job: str, sig: str, status: str, did: int | None = None) -> None:
-        from bot.store import now
+        from bot.store.store import now
         with self.notifier.store.write() as db:
             db["watched"].upsert({"job": self._key(job), "signature": sig, "status": status, "diagnosis_id": did,
                                   "at": now()}, pk="job")
@@ -144,7 +144,7 @@ class Watcher:
         try:
             out = self.notifier.job(paths, job, diagnosis=d)
         except Exception as e:   # Slack refused for good: retried when the files change, not on every pass
-            from bot.notify import slack_error
+            from bot.proactive.notify import slack_error
             self._mark(job, sig, "failed")
             return f"not posted: {slack_error(e)}"
         self._mark(job, sig, "posted", out.diagnosis_id)
@@ -153,8 +153,8 @@ class Watcher:
     def run(self, stop: threading.Event, every: float) -> int:
         """Scan until `stop` is set (a set one: a single pass), saying on stdout what each job got (a failed job on
         stderr too). Returns how many jobs failed, or the pass itself did, in the last pass."""
-        from bot.notify import said
-        from bot.render import terminal_safe
+        from bot.proactive.notify import said
+        from bot.answer.render import terminal_safe
         while True:
             failed = 0
             try:
@@ -177,7 +177,7 @@ def cmd_watch(args, settings) -> int:
     import signal
 
     from bot.wiring import store
-    from bot.notify import Notifier, slack_ready
+    from bot.proactive.notify import Notifier, slack_ready
     try:
         settle, max_age = duration(args.settle), duration(args.max_age)
     except ValueError as e:

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bot.report.fleet import fleet_view
-from bot.store import Store, load_doc
+from bot.store.store import Store, load_doc
 from core import facts as F
 from core import instances as I
 from core import job as J

@@ -11,22 +11,22 @@ from typing import Any
 from slack_bolt import App, BoltResponse
 from slack_sdk import WebClient
 
-from bot import slack_blocks as kit
-from bot.i18n import t
-from bot.mrkdwn import outgoing, runbook_links
-from bot.journal import Journal, crash_point
-from bot.outbox import Outbox
-from bot.ratelimit import RateLimiter
-from bot.render import diagnosis_text
+from bot.slack import blocks as kit
+from bot.answer.i18n import t
+from bot.answer.mrkdwn import outgoing, runbook_links
+from bot.store.journal import Journal, crash_point
+from bot.slack.outbox import Outbox
+from bot.slack.ratelimit import RateLimiter
+from bot.answer.render import diagnosis_text
 from bot.service import Triage
 from bot.settings import Settings
-from bot.slack_feedback import FeedbackHandlers
-from bot.slack_work import NOT_HERE, WorkHandlers
-from bot.slack_calls import react
-from bot.slack_config import diff_blocks, split_configs
-from bot.slack_inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
+from bot.slack.feedback import FeedbackHandlers
+from bot.slack.work import NOT_HERE, WorkHandlers
+from bot.slack.calls import react
+from bot.slack.config import diff_blocks, split_configs
+from bot.slack.inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
 from bot.wiring import slack_client
-from bot.workqueue import WorkQueue
+from bot.slack.workqueue import WorkQueue
 from core.ingest import UnusableInput
 from knowledge.evidence import asks_for
 from core.inputs import Joined
@@ -68,7 +68,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
         store = triage.store
         self.outbox = Outbox(store, on_sent=lambda did, ch, ts: did and ts and store.set_message(did, ch, ts)) \
             if store else None
-        self.journal = Journal(store) if store else None   # accepted work, resumed after a crash (bot.journal)
+        self.journal = Journal(store) if store else None   # accepted work, resumed after a crash (bot.store.journal)
         self.work = WorkQueue(workers=2)
         self.client: WebClient | None = None   # create_app's client (bot.wiring.slack_client: defuses mrkdwn)
 
@@ -212,7 +212,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
             respond(text=kit.ATTACH_FAILED, response_type="ephemeral")
 
     def _post_plan(self, words: str, respond) -> None:
-        from bot.plan_cli import plan_text
+        from bot.cli.plan import plan_text
         try:
             text = plan_text(words)
         except ValueError as e:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.i18n import finding_title, symptom_name, t
-from bot.render import change_lines, step_time_line, verdict_lines
+from bot.answer.i18n import finding_title, symptom_name, t
+from bot.answer.render import change_lines, step_time_line, verdict_lines
 from core import symptoms
 from core.models import Diagnosis, Finding
 

@@ -1,12 +1,12 @@
 """A config file attached in a Slack thread (a DeepSpeed/HF JSON or YAML, a launch or sbatch script): the thread's
-diagnoses are answered with the fix as a diff of that file (bot/patch.py), as `triage diagnose --config` does."""
+diagnoses are answered with the fix as a diff of that file (bot/patch/patch.py), as `triage diagnose --config` does."""
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from bot import slack_blocks as kit
-from bot.slack_inputs import Input
+from bot.slack import blocks as kit
+from bot.slack.inputs import Input
 
 CONFIG_EXT = (".json", ".yaml", ".yml", ".sh", ".bash", ".sbatch", ".slurm")
 MAX_CONFIG_BYTES = 256 << 10
@@ -37,7 +37,7 @@ def split_configs(inputs: list[Input]) -> tuple[list[Input], list[tuple[str, str
 
 def diff_blocks(d, name: str, text: str) -> list[dict[str, Any]] | None:
     """The first root-cause step with a change for this file, as a unified diff; None when nothing applies."""
-    from bot.patch import patch
+    from bot.patch.patch import patch
     fix = patch(d, name, text)
     if not fix.diff and not fix.not_applied:
         return None

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from slack_sdk import WebClient
 
-from bot import slack_blocks as kit
-from bot.slack_calls import channels_of
+from bot.slack import blocks as kit
+from bot.slack.calls import channels_of
 
 
 class FeedbackHandlers:
-    """Mixed into SlackBot (bot.slack_app), which provides `triage` and `settings`."""
+    """Mixed into SlackBot (bot.slack.app), which provides `triage` and `settings`."""
 
     def on_vote(self, ack, body: dict, action: dict, client: WebClient) -> None:
         ack()

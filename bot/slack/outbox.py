@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from bot.post_once import find_posted, mark
-from bot.store import Store, now
+from bot.slack.post_once import find_posted, mark
+from bot.store.store import Store, now
 
 log = logging.getLogger("triage.outbox")
 BACKOFF = (5, 30, 120, 600, 1800, 3600)  # seconds before attempt 2, 3, …; the last repeats
@@ -38,7 +38,7 @@ class Outbox:
 
     def post(self, client, payload: dict[str, Any], diagnosis_id: int | None = None) -> str | None:
         """chat.postMessage now; on a transient failure keep it for later. Returns the message ts when sent. The post
-        carries its key (bot.post_once) from the first attempt, so a retry can find it when Slack took it after all."""
+        carries its key (bot.slack.post_once) from the first attempt, so a retry can find it when Slack took it after all."""
         payload = mark(payload)
         try:
             resp = client.chat_postMessage(**payload)

@@ -6,7 +6,7 @@ connection dropped before the answer came back); re-posting blindly then shows t
 - before any retry the message is looked up by that key in its channel or thread (`find_posted`): when Slack has
   it, its ts is the answer and nothing is posted again.
 
-The bot's client (bot.wiring.slack_client) does the look-up at once; the outbox (bot.outbox) does it before each
+The bot's client (bot.wiring.slack_client) does the look-up at once; the outbox (bot.slack.outbox) does it before each
 later retry, also in another process after a restart."""
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ _job = threading.local()
 
 @contextmanager
 def job(key: str, resumed: bool = False):
-    """Posts made on this thread inside the block are a job's (bot.journal): their keys are the job's key and their
+    """Posts made on this thread inside the block are a job's (bot.store.journal): their keys are the job's key and their
     order (the same again when a job killed mid-way is run a second time), and in a resumed job each is looked up
     in Slack before it is posted."""
     _job.key, _job.n, _job.resumed = key, 0, resumed

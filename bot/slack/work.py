@@ -1,5 +1,5 @@
 """How Slack work is taken on: admitted or refused (rate limit, allowed channels, a full queue), written down in the
-journal before it starts and struck off when it ends (bot.journal), run on the bot's own pool, and resumed after a
+journal before it starts and struck off when it ends (bot.store.journal), run on the bot's own pool, and resumed after a
 crash by the next `triage serve`."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import logging
 
 from slack_sdk import WebClient
 
-from bot import post_once
-from bot import slack_blocks as kit
-from bot.mrkdwn import outgoing, runbook_links
+from bot.slack import post_once
+from bot.slack import blocks as kit
+from bot.answer.mrkdwn import outgoing, runbook_links
 
 log = logging.getLogger("triage.slack")
 NOT_HERE = "Train Triage is not enabled in this channel. Ask an admin to add it to TRIAGE_ALLOWED_CHANNELS."
@@ -26,7 +26,7 @@ def request_of(kind: str, kwargs: dict) -> dict:
 
 
 class WorkHandlers:
-    """Mixed into SlackBot (bot.slack_app), which provides settings, work, journal, limiter, client and the
+    """Mixed into SlackBot (bot.slack.app), which provides settings, work, journal, limiter, client and the
     listeners themselves."""
 
     def offload(self, fn):

@@ -3,7 +3,7 @@ ends, so a process killed in between (kill -9, OOM killer, a node lost) loses no
 the database resumes it. Slack does not resend an event it got a 200 for, so without this the answer is gone.
 
 A resumed job runs again from its request (values masked, as everything in the store); its posts carry the same
-keys as the first run's (bot.post_once.job), and each is looked up in Slack before it is posted, so what the first
+keys as the first run's (bot.slack.post_once.job), and each is looked up in Slack before it is posted, so what the first
 run already posted is not posted twice."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from bot.store import Store, now
+from bot.store.store import Store, now
 from core.redact import mask_value
 
 log = logging.getLogger("triage.journal")

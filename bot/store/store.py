@@ -123,7 +123,7 @@ def m008_typed_cause(db: sqlite_utils.Database) -> None:
 
 @migrations()
 def m009_work(db: sqlite_utils.Database) -> None:
-    """Slack work accepted and not finished yet (bot.journal): resumed after a crash."""
+    """Slack work accepted and not finished yet (bot.store.journal): resumed after a crash."""
     db["work"].create({"id": int, "created_at": str, "kind": str, "key": str, "owner": str, "request_json": str},
                       pk="id")
 

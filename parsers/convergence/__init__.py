@@ -5,7 +5,7 @@ A spike is a point more than `rel` above the median of the previous `window` poi
 robust deviations away from it, with at least `min_history` points of history (SpikeThresholds). A slow rise or
 early-training noise fails one of the two tests. A team can set its own thresholds (TRIAGE_LOSS_SPIKE; the engine
 passes them in as the parser's Options). fp16 overflow skips are normal unless the loss scale collapses to
-SCALE_COLLAPSE or below (parsers.loss_scale)."""
+SCALE_COLLAPSE or below (parsers.convergence.scale)."""
 from __future__ import annotations
 
 import math
@@ -13,11 +13,11 @@ import re
 from typing import Any
 
 from core.models import Evidence, Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
-from parsers.loss_bulk import BATCH, read_chunk, read_line
-from parsers.loss_scale import ScaleWatch
-from parsers.loss_lines import ELAPSED, after as _after, hf_dict, hf_line, megatron_fields as _megatron_fields, num as _f
-from parsers.loss_series import Series, SpikeThresholds, line_of as _line
+from parsers.scan.base import Context, EvidenceBox, Hit, Parser, rank_of, rx, search
+from parsers.convergence.bulk import BATCH, read_chunk, read_line
+from parsers.convergence.scale import ScaleWatch
+from parsers.convergence.lines import ELAPSED, after as _after, hf_dict, hf_line, megatron_fields as _megatron_fields, num as _f
+from parsers.convergence.series import Series, SpikeThresholds, line_of as _line
 from parsers.step_series import StepSeries
 
 GNAN_RUN = 3   # NaN grad norms in a row, up to the end of the log, beside a finite loss (fp16 skips come in ones and twos)

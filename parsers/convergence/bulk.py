@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-from parsers.base import Hit, unprefix
-from parsers.loss_lines import ELAPSED, megatron_fields
-from parsers.loss_series import line_of
+from parsers.scan.base import Hit, unprefix
+from parsers.convergence.lines import ELAPSED, megatron_fields
+from parsers.convergence.series import line_of
 
 _LOSS = b"lm loss:"
 _GNORM = b"grad norm:"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from parsers.scan import MAX_TEXT
+from parsers.scan.scanner import MAX_TEXT
 
 ELAPSED = "elapsed time per iteration (ms):"   # a Megatron iteration line's step time
 

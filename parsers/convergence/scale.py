@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from parsers.base import EvidenceBox, Hit, rx, search
+from parsers.scan.base import EvidenceBox, Hit, rx, search
 
 SCALE_COLLAPSE = 16.0
 # The scale after an overflow, as DeepSpeed/apex ("reducing to"), Megatron ("reducing loss scale to") and fairseq

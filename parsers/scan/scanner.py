@@ -9,8 +9,8 @@ from pathlib import Path
 from time import perf_counter
 from typing import Sequence
 
-from parsers.base import Hit, Reader, unprefix
-from parsers.scan_backends import BACKENDS, make_backend
+from parsers.scan.base import Hit, Reader, unprefix
+from parsers.scan.backends import BACKENDS, make_backend
 
 __all__ = ["BACKENDS", "MAX_TEXT", "Scanner", "clean", "make_backend"]
 

@@ -1,7 +1,7 @@
 """The slow family: jobs that run, but slowly. slow_input (the step waits on its input: a torch.profiler table's
 DataLoader row, per-step data time, Megatron's batch-generator timer), low_gpu_util (MFU, TFLOP/s, nvidia-smi
 samples) and slow_comm (nccl-tests bus bandwidth, NCCL kernels in a profile); straggler and pipeline_bubble have
-modules of their own (slow_straggler.py, slow_pipeline.py). Stalls every few steps count, so input shares are total
+modules of their own in this package (straggler.py, pipeline.py). Stalls every few steps count, so input shares are total
 data time over total step time across the lines read."""
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import re
 
 from core import instances as I
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, findall, rx, search
+from parsers.scan.base import Context, Hit, Parser, findall, rx, search
 from parsers.collectors.nccl_tests import NCCL_TESTS_ROW, TYPE_TRIGGERS
-from parsers.slow_inspector import InspectorParser, busbw_facts
-from parsers.slow_pipeline import BubbleParser
-from parsers.slow_straggler import StragglerParser
-from parsers.slow_peers import PeerParser
-from parsers.slow_tables import TO_MS, CProfileParser, PhaseTableParser
-from parsers.slow_timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT, LightningProfilerParser, MegatronTimerParser
-from parsers.slow_util import UtilParser, UtilSamplesParser
+from parsers.slow.inspector import InspectorParser, busbw_facts
+from parsers.slow.pipeline import BubbleParser
+from parsers.slow.straggler import StragglerParser
+from parsers.slow.peers import PeerParser
+from parsers.slow.tables import TO_MS, CProfileParser, PhaseTableParser
+from parsers.slow.timers import COMM_SHARE_BAD_PCT, INPUT_BAD_PCT, LightningProfilerParser, MegatronTimerParser
+from parsers.slow.util import UtilParser, UtilSamplesParser
 
 
 _HEADER = rx(r"^\s*Name\s+Self CPU %\s+Self CPU\s+CPU total %\s+CPU total\b")

@@ -15,8 +15,8 @@ from typing import Any
 
 from core import instances as I
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, findall, rx, search
-from parsers.slow_util import GPU_NAME
+from parsers.scan.base import Context, Hit, Parser, findall, rx, search
+from parsers.slow.util import GPU_NAME
 
 _FIELD = rx(r'"(coll|coll_msg_size_bytes|coll_busbw_gbs|nnodes)"\s*:\s*("[^"]*"|-?[\d.]+)')
 _OPS = {"AllReduce": "all_reduce", "ReduceScatter": "reduce_scatter", "AllGather": "all_gather"}

@@ -18,7 +18,7 @@ import re
 from statistics import median
 
 from core.models import Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text
+from parsers.scan.base import Context, EvidenceBox, Hit, Parser, rank_of, ranks_text
 
 TIME_SLOW = 1.5     # a peer's time this many times the median of its peers
 PAIR_SLOW = 2.0     # with two peers, this many times the other's

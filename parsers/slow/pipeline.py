@@ -11,7 +11,7 @@ from typing import Any
 
 from core import layout
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, rx, search
+from parsers.scan.base import Context, Hit, Parser, rx, search
 
 BUBBLE_BAD_PCT = 10.0   # seed 000 §2.2: pipeline bubble ratio at most 10%
 PER_STAGE = 4           # the seeds' rule of thumb: at least four micro-batches per pipeline stage

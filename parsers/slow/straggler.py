@@ -19,7 +19,7 @@ from typing import Any
 
 from core import facts as F
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, ranks_text, rx, search
+from parsers.scan.base import Context, Hit, Parser, ranks_text, rx, search
 
 NVRX_THRESHOLD = 0.7    # NVRx's default gpu_relative_perf_threshold: a score below it marks a straggler
 SPREAD_BAD = 0.10       # Megatron's detector: the slowest rank's time 10% over the fastest one's

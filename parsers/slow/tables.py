@@ -11,14 +11,14 @@ name says what the phase is — fetching input (`enumerate(DataLoader)…`, `get
   over the sum of the rows' totals, where the data row is the largest phase.
 
 Tables the dedicated readers own are left to them: a profiler table under its header (slow.py) and a Lightning
-report with its percentages or its `run_training_epoch` total (slow_timers.py)."""
+report with its percentages or its `run_training_epoch` total (timers.py)."""
 from __future__ import annotations
 
 import re
 
 from core.models import Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser
-from parsers.slow_timers import CPROFILE_TOTAL, COMM_SHARE_BAD_PCT, INPUT_BAD_PCT
+from parsers.scan.base import Context, EvidenceBox, Hit, Parser
+from parsers.slow.timers import CPROFILE_TOTAL, COMM_SHARE_BAD_PCT, INPUT_BAD_PCT
 
 _SPLIT = re.compile(r"\s*\|\s*|\s*\t\s*|\s{2,}")
 _CELL = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%|us|ms|s|min)?")
@@ -112,7 +112,7 @@ class PhaseTableParser(Parser):
 
     def _judge(self, rows: list, total_ms: float | None = None) -> None:
         if any(name.endswith(_LIGHTNING) and len(cells) == 4 for _, _, (name, cells) in rows):
-            return   # Lightning's extended report (action, mean, calls, total, percentage): slow_timers.py reads it
+            return   # Lightning's extended report (action, mean, calls, total, percentage): timers.py reads it
         pcts = [(no, x, name, [v for v, u in cells if u == "%"], cells) for no, x, (name, cells) in rows]
         profiler = [p for p in pcts if len(p[3]) >= 2]
         if profiler:
@@ -132,7 +132,7 @@ class PhaseTableParser(Parser):
         if single:
             for no, x, name, pc, _ in single:
                 if name.endswith(_LIGHTNING):
-                    continue   # Lightning's report with its percentages: slow_timers.py reads it
+                    continue   # Lightning's report with its percentages: timers.py reads it
                 if _is_data(name) and (self.input is None or pc[0] > self.input[0]):
                     self.input = (pc[0], name, no, x)
             return

@@ -1,6 +1,6 @@
 """Per-phase timers that frameworks print: Megatron's and DeepSpeed's, read for two slow symptoms: slow_input (Megatron's batch-generator
 against forward-backward) and slow_comm (gradient all-reduce / reduce-scatter and parameter all-gather against the
-whole step). The thresholds of both symptoms live here; parsers/slow.py imports them.
+whole step). The thresholds of both symptoms live here; the family module (parsers/slow/__init__.py) imports them.
 
 Megatron prints its timers either on one line, "time (ms) | forward-compute: F | backward-compute: B |
 backward-params-all-reduce: A | … | optimizer: O | batch-generator: G" (older releases), or with --timing-log-level as
@@ -18,7 +18,7 @@ import re
 from statistics import median
 
 from core.models import Finding
-from parsers.base import Context, EvidenceBox, Hit, Parser, findall, rx
+from parsers.scan.base import Context, EvidenceBox, Hit, Parser, findall, rx
 
 INPUT_BAD_PCT = 25.0        # a quarter of the step spent fetching data is a bottleneck worth the first look
 COMM_SHARE_BAD_PCT = 40.0   # collectives holding this much of the step: the step waits on communication

@@ -1,4 +1,4 @@
-"""low_gpu_util, part of the slow family (parsers/slow.py lists these readers with its own): the GPUs are busy far
+"""low_gpu_util, part of the slow family (parsers/slow/__init__.py lists these readers with its own): the GPUs are busy far
 less than they could be. Two kinds of evidence, each over several readings:
 - model FLOPs utilisation as trainers print it (torchtitan/nanoGPT/nanochat "mfu", llm.c "% bf16 MFU", Composer's
   throughput/device/mfu fraction) or TFLOP/s per GPU (Megatron --log-throughput, torchtitan "tflops",
@@ -14,9 +14,9 @@ from statistics import median
 
 from core import instances as I
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, rx, search
-from parsers.loss_series import line_of
-from parsers.scan import clean_line
+from parsers.scan.base import Context, Hit, Parser, rx, search
+from parsers.convergence.series import line_of
+from parsers.scan.scanner import clean_line
 from parsers.step_series import Readings
 
 MFU_LOW_PCT = 25.0      # dense BF16 MFU under a quarter of peak is low; 30-45% is normal for LLM training
