@@ -141,6 +141,96 @@ def _gzip_and_together(work: Path, log: Path, info: dict, mb: int, literals: Pat
            f"vs {base:.2f} s), RSS {rss} MiB", "<= 3x", tri <= 3 * base)
 
 
+def _nccl(a, work: Path, literals: Path, target) -> None:
+    """The NCCL log, small and big: time against grep -F, peak RSS and its growth, the failures found."""
+    results = {}
+    for label, mb in (("small", a.small_mb), ("big", a.nccl_mb)):
+        log = work / f"nccl-{mb}mb.log"
+        info = gen("nccl", log, mb)
+        tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
+        grep = errors(literals, f"'{log}'")
+        results[label] = (mb, tri, grep, rss, check_found(json.loads(out), info))
+        print(f"nccl {mb} MiB: triage {tri:.2f} s, grep -F {grep:.2f} s, peak RSS {rss} MiB, "
+              f"found: {results[label][4]}", flush=True)
+    mb, tri, grep, rss, ok = results["big"]
+    target(f"NCCL log {mb} MiB, triage / grep -F (25 literals a person types)",
+           f"{tri / grep:.2f}x ({tri:.2f} s vs {grep:.2f} s)", "<= 1.0x", tri <= grep)
+    target("NCCL log peak RSS", f"{rss} MiB", "<= 200 MiB", rss <= 200)
+    small_rss = results["small"][3]
+    target(f"RSS flat from {a.small_mb} MiB to {a.nccl_mb} MiB", f"{small_rss} -> {rss} MiB", "growth <= 25%",
+           rss <= small_rss * 1.25)
+    target("injected failures found at their lines (MR error, lagging rank, Xid)", str(ok and results["small"][4]),
+           "True", ok and results["small"][4])
+
+
+def _megatron(a, work: Path, target) -> None:
+    """A Megatron training log: time against grep -oE of the loss series, the loss spike found."""
+    log = work / f"megatron-{a.train_mb}mb.log"
+    info = gen("megatron", log, a.train_mb)
+    tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
+    grep = loss_series(f"'{log}'", MEGATRON_LOSS)
+    target(f"Megatron log {a.train_mb} MiB, triage / grep -oE", f"{tri / grep:.2f}x ({tri:.2f} s vs {grep:.2f} s)",
+           "<= 2.0x", tri <= 2 * grep)
+    target("loss spike found at its line", str(check_found(json.loads(out), info)), "True",
+           check_found(json.loads(out), info))
+
+
+def _mixed(a, work: Path, literals: Path, target) -> None:
+    """The mixed 512-rank log: time, readers shared over processes, and over the size cap."""
+    log = work / f"mixed-{a.mixed_mb}mb.log"
+    info = gen("mixed", log, a.mixed_mb)
+    tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
+    base = errors_and_loss(literals, f"'{log}'", MEGATRON_LOSS)
+    target(f"mixed 512-rank log {a.mixed_mb} MiB ([rankN]: prefixes, NCCL set-up + iterations), triage / "
+           "(grep -F 25 literals + grep -oE loss)", f"{tri / base:.2f}x ({tri:.2f} s vs "
+           f"{base:.2f} s), RSS {rss} MiB", "<= 1.0x, <= 200 MiB", tri <= base and rss <= 200)
+    target("mixed log: OOM and loss spike found at their lines", str(check_found(json.loads(out), info)), "True",
+           check_found(json.loads(out), info))
+    one, one_rss, one_out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", "--jobs", "1", str(log)])
+    same = json.loads(one_out) == json.loads(out)
+    target(f"mixed log {a.mixed_mb} MiB, readers shared over up to {os.cpu_count()} processes (the default) / one "
+           f"process (--jobs 1); RSS is the largest process's", f"{tri / one:.2f}x ({tri:.2f} s vs {one:.2f} s), "
+           f"RSS {rss} vs {one_rss} MiB, same answer: {same}", "< 1.0x, same answer", tri < one and same)
+    tri, rss, out = _diagnose_with("TRIAGE_MAX_BYTES", str(a.mixed_mb << 19), log)   # half: its head and tail are read
+    target(f"the same log over the size cap (TRIAGE_MAX_BYTES = {a.mixed_mb // 2} MiB: head and tail read), peak RSS",
+           f"{rss} MiB ({tri:.2f} s, truncated: {json.loads(out)['input']['truncated']})", "<= 200 MiB", rss <= 200)
+
+
+def _startup(work: Path, target, notes: list[str]) -> None:
+    """The CLI on a 50-line paste against a bare interpreter importing the same libraries, warm and cold."""
+    paste = b"".join((ROOT / "tests" / "fixtures" / "cuda_oom" / "new_format_fragmented.log").read_bytes()
+                     .splitlines(keepends=True) * 3)[:50 * 200]
+    os.environ["TRIAGE_CACHE_DIR"] = str(work / "cache")   # children inherit it: the first run starts cold
+    cold, _, _ = timed([*TRIAGE, "diagnose", "-"], stdin=paste)
+    cli, _, _ = best_of(5, [*TRIAGE, "diagnose", "-"], stdin=paste)
+    base, _, _ = best_of(5, [sys.executable, "-c", "import regex, pydantic, yaml"])
+    import importlib.util
+    if Path(importlib.util.cache_from_source(str(ROOT / "bot" / "cli" / "entry.py"))).exists():
+        bytecode = "project bytecode precompiled by make"
+    else:
+        bytecode = "compiled from source every run" if sys.flags.dont_write_bytecode else "bytecode cached"
+    target(f"CLI on a 50-line paste / python -c 'import regex, pydantic, yaml' (playbook cache warm; {bytecode})",
+           f"{cli / base:.2f}x ({cli * 1000:.0f} ms vs {base * 1000:.0f} ms)", "<= 2.0x", cli <= 2 * base)
+    print(f"         first run with an empty playbook cache (validates the YAML with pydantic): {cold * 1000:.0f} ms",
+          flush=True)
+    notes.append(f"The first `triage diagnose` after a playbook changes validates the YAML with pydantic and "
+                 f"fills `TRIAGE_CACHE_DIR`: {cold * 1000:.0f} ms for the same paste ({cold / base:.2f}x).")
+
+
+def _write_markdown(rows, notes: list[str], backend: str) -> None:
+    """BENCHMARKS.md: the machine, then one row per target."""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
+    md = ["# Benchmarks", "", f"Machine: {os.cpu_count()} cores ({cpu}), "
+          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') >> 30} GiB RAM, Python {platform.python_version()}, "
+          f"scanner backend: {backend}. Produced by `make bench` ({time.strftime('%Y-%m-%d')}); each time is the best "
+          f"of {RUNS} runs, triage's and its baselines' alike; every grep baseline runs with LC_ALL=C (the fast one).", "",
+          "| target | measured | goal | |", "|---|---|---|---|"]
+    md += [f"| {n} | {m} | {g} | {'met' if ok else '**not met**'} |" for n, m, g, ok in rows]
+    md += ["", *notes] if notes else []
+    (ROOT / "BENCHMARKS.md").write_text("\n".join(md) + "\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nccl-mb", type=int, default=1024)
@@ -166,74 +256,14 @@ def main(argv=None) -> int:
         rows.append((name, measured, goal, ok))
         print(f"{'MET    ' if ok else 'NOT MET'}  {name}: {measured} (target {goal})", flush=True)
 
-    results = {}
-    for label, mb in (("small", a.small_mb), ("big", a.nccl_mb)):
-        log = work / f"nccl-{mb}mb.log"
-        info = gen("nccl", log, mb)
-        tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
-        grep = errors(literals, f"'{log}'")
-        results[label] = (mb, tri, grep, rss, check_found(json.loads(out), info))
-        print(f"nccl {mb} MiB: triage {tri:.2f} s, grep -F {grep:.2f} s, peak RSS {rss} MiB, "
-              f"found: {results[label][4]}", flush=True)
-    mb, tri, grep, rss, ok = results["big"]
-    target(f"NCCL log {mb} MiB, triage / grep -F (25 literals a person types)",
-           f"{tri / grep:.2f}x ({tri:.2f} s vs {grep:.2f} s)", "<= 1.0x", tri <= grep)
-    target("NCCL log peak RSS", f"{rss} MiB", "<= 200 MiB", rss <= 200)
-    small_rss = results["small"][3]
-    target(f"RSS flat from {a.small_mb} MiB to {a.nccl_mb} MiB", f"{small_rss} -> {rss} MiB", "growth <= 25%",
-           rss <= small_rss * 1.25)
-    target("injected failures found at their lines (MR error, lagging rank, Xid)", str(ok and results["small"][4]),
-           "True", ok and results["small"][4])
-
-    log = work / f"megatron-{a.train_mb}mb.log"
-    info = gen("megatron", log, a.train_mb)
-    tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
-    grep = loss_series(f"'{log}'", MEGATRON_LOSS)
-    target(f"Megatron log {a.train_mb} MiB, triage / grep -oE", f"{tri / grep:.2f}x ({tri:.2f} s vs {grep:.2f} s)",
-           "<= 2.0x", tri <= 2 * grep)
-    target("loss spike found at its line", str(check_found(json.loads(out), info)), "True",
-           check_found(json.loads(out), info))
-
-    log = work / f"mixed-{a.mixed_mb}mb.log"
-    info = gen("mixed", log, a.mixed_mb)
-    tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
-    base = errors_and_loss(literals, f"'{log}'", MEGATRON_LOSS)
-    target(f"mixed 512-rank log {a.mixed_mb} MiB ([rankN]: prefixes, NCCL set-up + iterations), triage / "
-           "(grep -F 25 literals + grep -oE loss)", f"{tri / base:.2f}x ({tri:.2f} s vs "
-           f"{base:.2f} s), RSS {rss} MiB", "<= 1.0x, <= 200 MiB", tri <= base and rss <= 200)
-    target("mixed log: OOM and loss spike found at their lines", str(check_found(json.loads(out), info)), "True",
-           check_found(json.loads(out), info))
-    one, one_rss, one_out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", "--jobs", "1", str(log)])
-    same = json.loads(one_out) == json.loads(out)
-    target(f"mixed log {a.mixed_mb} MiB, readers shared over up to {os.cpu_count()} processes (the default) / one "
-           f"process (--jobs 1); RSS is the largest process's", f"{tri / one:.2f}x ({tri:.2f} s vs {one:.2f} s), "
-           f"RSS {rss} vs {one_rss} MiB, same answer: {same}", "< 1.0x, same answer", tri < one and same)
-    tri, rss, out = _diagnose_with("TRIAGE_MAX_BYTES", str(a.mixed_mb << 19), log)   # half: its head and tail are read
-    target(f"the same log over the size cap (TRIAGE_MAX_BYTES = {a.mixed_mb // 2} MiB: head and tail read), peak RSS",
-           f"{rss} MiB ({tri:.2f} s, truncated: {json.loads(out)['input']['truncated']})", "<= 200 MiB", rss <= 200)
-
+    _nccl(a, work, literals, target)
+    _megatron(a, work, target)
+    _mixed(a, work, literals, target)
     log = work / f"mixed-{a.train_mb}mb.log"   # a smaller mixed log for the backends, gzip and --together
     info = gen("mixed", log, a.train_mb)
     _backends_and_hf(work, log, a.train_mb, literals, backend, target)
     _gzip_and_together(work, log, info, a.train_mb, literals, target)
-
-    paste = b"".join((ROOT / "tests" / "fixtures" / "cuda_oom" / "new_format_fragmented.log").read_bytes()
-                     .splitlines(keepends=True) * 3)[:50 * 200]
-    os.environ["TRIAGE_CACHE_DIR"] = str(work / "cache")   # children inherit it: the first run starts cold
-    cold, _, _ = timed([*TRIAGE, "diagnose", "-"], stdin=paste)
-    cli, _, _ = best_of(5, [*TRIAGE, "diagnose", "-"], stdin=paste)
-    base, _, _ = best_of(5, [sys.executable, "-c", "import regex, pydantic, yaml"])
-    import importlib.util
-    if Path(importlib.util.cache_from_source(str(ROOT / "bot" / "cli.py"))).exists():
-        bytecode = "project bytecode precompiled by make"
-    else:
-        bytecode = "compiled from source every run" if sys.flags.dont_write_bytecode else "bytecode cached"
-    target(f"CLI on a 50-line paste / python -c 'import regex, pydantic, yaml' (playbook cache warm; {bytecode})",
-           f"{cli / base:.2f}x ({cli * 1000:.0f} ms vs {base * 1000:.0f} ms)", "<= 2.0x", cli <= 2 * base)
-    print(f"         first run with an empty playbook cache (validates the YAML with pydantic): {cold * 1000:.0f} ms",
-          flush=True)
-    notes.append(f"The first `triage diagnose` after a playbook changes validates the YAML with pydantic and "
-                 f"fills `TRIAGE_CACHE_DIR`: {cold * 1000:.0f} ms for the same paste ({cold / base:.2f}x).")
+    _startup(work, target, notes)
 
     from bench.families import run as families
     families(work, 50, target)   # each line family alone against the grep a person would run
@@ -241,17 +271,7 @@ def main(argv=None) -> int:
     ack, answer = slack_latency()
     target("Slack HTTP ack p95", f"{ack:.0f} ms", "<= 100 ms", ack <= 100)
     target("Slack answer p95, 200-line paste, no LLM", f"{answer:.0f} ms", "<= 300 ms", answer <= 300)
-
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
-    md = ["# Benchmarks", "", f"Machine: {os.cpu_count()} cores ({cpu}), "
-          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') >> 30} GiB RAM, Python {platform.python_version()}, "
-          f"scanner backend: {backend}. Produced by `make bench` ({time.strftime('%Y-%m-%d')}); each time is the best "
-          f"of {RUNS} runs, triage's and its baselines' alike; every grep baseline runs with LC_ALL=C (the fast one).", "",
-          "| target | measured | goal | |", "|---|---|---|---|"]
-    md += [f"| {n} | {m} | {g} | {'met' if ok else '**not met**'} |" for n, m, g, ok in rows]
-    md += ["", *notes] if notes else []
-    (ROOT / "BENCHMARKS.md").write_text("\n".join(md) + "\n")
+    _write_markdown(rows, notes, backend)
     from bench.fleet import main as fleet
     fleet(["--keep", str(work / "fleet")])   # triage fleet on Ray (1, 2 workers) vs --jobs: its own section
     print(f"\n{sum(r[3] for r in rows)} of {len(rows)} targets met; figures written to BENCHMARKS.md")
