@@ -1,4 +1,5 @@
-"""What every interface does with an input: diagnose it, store it, hand back the diagnosis and its id."""
+"""What every interface does with an input: diagnose it, store it, hand back the diagnosis and its id; and whether
+today's engine recognises a line (the weekly report and `triage rules new` ask)."""
 from __future__ import annotations
 
 import logging
@@ -67,3 +68,21 @@ class Triage:
             log.error("diagnosis not stored: %s", e)
             d.input.notes.append(f"this diagnosis could not be stored ({e}); tell the bot's operator")
             return None
+
+
+def recognised(engine, line: str) -> str | None:
+    """The symptom today's engine finds in this one line alone, or None: an 'unrecognised' line recorded before a
+    parser or rule learnt it is not unrecognised any more."""
+    from core.ingest import from_bytes
+    try:
+        d = engine.diagnose(from_bytes(line.encode("utf-8", "replace") + b"\n", "line"))
+    except Exception:   # (an unusable line: nothing claims it)
+        return None
+    return d.findings[0].symptom if d.findings else None
+
+
+def builtin_engine():
+    """The engine with the built-in playbooks and readers only (no settings needed)."""
+    from engine import Engine
+    from playbooks.engine import load
+    return Engine(load())

@@ -136,16 +136,16 @@ def _llm(v: str) -> str:
 
 
 def _loss_spike(v: str):
-    """"rel=0.3,mad_k=4": the options the loss parser declares (LossParser.Options, a SpikeThresholds)."""
-    from parsers.scan.base import parse_options
-    from parsers.convergence import LossParser
-    return parse_options(LossParser.Options, v)
+    """"rel=0.3,mad_k=4": the options the loss parser declares (LossParser.Options, a SpikeThresholds), as the engine
+    exposes them (engine.options: bot/ never imports parsers/)."""
+    from engine.options import LOSS_OPTIONS, parse_options
+    return parse_options(LOSS_OPTIONS, v)
 
 
 def _scan_backend(v: str) -> str:
     from importlib.util import find_spec
 
-    from parsers.scan.scanner import BACKENDS
+    from engine.options import BACKENDS
     if v not in BACKENDS:
         raise ValueError(f"must be one of {', '.join(BACKENDS)}, not {v!r}")
     if v in ("hyperscan", "ahocorasick") and find_spec(v) is None:

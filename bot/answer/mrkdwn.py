@@ -1,5 +1,5 @@
 """The one place text becomes Slack mrkdwn: every message, update, view and response_url answer the bot sends passes
-through `defuse_payload` on its way out (bot.wiring.SafeWebClient for Web API calls, `safe_respond` for
+through `defuse_payload` on its way out (bot.slack.client.SafeWebClient for Web API calls, `safe_respond` for
 response_url answers). Builders escape what they interpolate (bot.slack.blocks.esc); this pass makes a missed one
 harmless on every surface, present and future: any Slack control sequence `<…>` that is not one the bot writes
 itself — a user or channel mention by id, a link into the configured runbook — is escaped, so a log line or a model
@@ -75,7 +75,7 @@ def safe_respond(respond, links: Iterable[str] = ()):
 
 
 def outgoing(fn, client=None, links: Iterable[str] = ()):
-    """A Bolt listener that sends through `client` (bot.wiring.slack_client's, which defuses every call) and a
+    """A Bolt listener that sends through `client` (bot.slack.client.slack_client's, which defuses every call) and a
     defused `respond`: Bolt hands each listener a fresh plain WebClient, which would skip the pass."""
     import functools
     links = tuple(links)

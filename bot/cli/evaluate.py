@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
 from core.ingest import UnusableInput, from_bytes
+from bot.settings import Settings
+from bot.wiring import engine as _engine
 from engine import Engine
 
 
@@ -111,3 +114,39 @@ def sync_readme(root=None) -> bool:
         evaluate(path.read_text(encoding="utf-8").splitlines(), engine, sc)
     return replace_marked(root / "README.md", TABLE_BEGIN, TABLE_END,
                           TABLE_BEGIN + "\n" + markdown_table(sc) + TABLE_END)
+
+
+def cmd_eval(args, settings: Settings) -> int:
+    """Score one or more corpus files together (one table), e.g. tests/corpus/*.jsonl."""
+    from bot.cli.evaluate import Score, evaluate, markdown_table, report, rule_changes
+    engine, sc, corpora = _engine(settings), Score(), []
+    for path in args.corpus:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                corpora.append(fh.readlines())
+            evaluate(corpora[-1], engine, sc)
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"triage: {path}: cannot read corpus ({e})", file=sys.stderr)
+            return 2
+        except ValueError as e:
+            print(f"triage: {path}: {e}", file=sys.stderr)
+            return 2
+    print(markdown_table(sc) if args.markdown else report(sc), end="")
+    if not engine.rules:
+        return 0
+    from playbooks.engine import Books
+    base, without = type(engine)(Books(engine.books), engine.options, engine.backend), Score()
+    for lines in corpora:
+        evaluate(lines, base, without)
+    changed = rule_changes(sc, without)
+    print(f"\nteam rules ({len(engine.rules)}): " + (f"{len(changed)} answer(s) right without them are wrong with "
+          "them — fix the rule before using it:" if changed else "no answer that was right without them changes"))
+    print("\n".join(changed))
+    return 1 if changed else 0
+
+
+def add_parser(sub) -> None:
+    e = sub.add_parser("eval", help="score a labelled corpus (JSON lines with label/also/text)")
+    e.add_argument("corpus", nargs="+", help="JSON-lines corpus file(s), scored together")
+    e.add_argument("--markdown", action="store_true", help="print the per-symptom table as Markdown (the README's)")
+    e.set_defaults(func=cmd_eval)

@@ -80,7 +80,8 @@ def cmd_rules_new(args, settings) -> int:
         print(f"triage: no unrecognised error {args.from_unclaimed} in TRIAGE_DB (the weekly report lists their "
               "IDs)", file=sys.stderr)
         return 2
-    from bot.wiring import engine, recognised
+    from bot.service import recognised
+    from bot.wiring import engine
     known = recognised(engine(settings), str(rows[0]["example"]))
     if known:
         print(f"triage: unrecognised error {args.from_unclaimed} is recognised now (as {known}): no rule written",

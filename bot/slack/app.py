@@ -25,7 +25,7 @@ from bot.slack.work import NOT_HERE, WorkHandlers
 from bot.slack.calls import react
 from bot.slack.config import diff_blocks, split_configs
 from bot.slack.inputs import Input, allowed_file_hosts, looks_like_log, message_inputs, message_text, wants_together
-from bot.wiring import slack_client
+from bot.slack.client import slack_client
 from bot.slack.workqueue import WorkQueue
 from core.ingest import UnusableInput
 from knowledge.evidence import asks_for
@@ -70,7 +70,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
             if store else None
         self.journal = Journal(store) if store else None   # accepted work, resumed after a crash (bot.store.journal)
         self.work = WorkQueue(workers=2)
-        self.client: WebClient | None = None   # create_app's client (bot.wiring.slack_client: defuses mrkdwn)
+        self.client: WebClient | None = None   # create_app's client (bot.slack.client.slack_client: defuses mrkdwn)
 
     def lang(self, client: WebClient, user: str | None) -> str:
         """The asker's language from their Slack locale (users.info), remembered per user."""
@@ -212,7 +212,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
             respond(text=kit.ATTACH_FAILED, response_type="ephemeral")
 
     def _post_plan(self, words: str, respond) -> None:
-        from bot.cli.plan import plan_text
+        from bot.answer.plan import plan_text
         try:
             text = plan_text(words)
         except ValueError as e:

@@ -6,7 +6,7 @@ connection dropped before the answer came back); re-posting blindly then shows t
 - before any retry the message is looked up by that key in its channel or thread (`find_posted`): when Slack has
   it, its ts is the answer and nothing is posted again.
 
-The bot's client (bot.wiring.slack_client) does the look-up at once; the outbox (bot.slack.outbox) does it before each
+The bot's client (bot.slack.client.slack_client) does the look-up at once; the outbox (bot.slack.outbox) does it before each
 later retry, also in another process after a restart."""
 from __future__ import annotations
 
