@@ -75,11 +75,18 @@ def _default_cache() -> Path:
 
 # --- one parser per kind of value; each raises ValueError with the message shown after the variable name ---
 
-def _positive_int(v: str) -> int:
-    try:
-        n = int(v.replace("_", ""))
-    except ValueError:
-        raise ValueError(f"must be a whole number, not {v!r}") from None
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def _byte_size(v: str) -> int:
+    """A size in bytes: a whole number (4_000_000), or a number with a unit, case-insensitive: KB, MB, GB (powers of
+    1000) or KiB, MiB, GiB (powers of 1024), e.g. 10MB, 1.5GiB, 512 kib."""
+    m = re.fullmatch(r"\s*(\d[\d_]*(?:\.\d+)?)\s*([a-zA-Z]*)\s*", v)
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS or ("." in m.group(1) and not unit.strip("b")):
+        raise ValueError(f"must be a size in bytes: a whole number, or a number with KB, MB, GB, KiB, MiB or GiB "
+                         f"(e.g. 10MB), not {v!r}")
+    n = int(float(m.group(1).replace("_", "")) * _UNITS[unit])
     if n <= 0:
         raise ValueError("must be greater than 0")
     return n
@@ -164,9 +171,9 @@ def _channels(v: str) -> list[str]:
 
 # environment variable -> (field, parser)
 ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "TRIAGE_DB": ("db", Path), "TRIAGE_CACHE_DIR": ("cache_dir", Path), "TRIAGE_MAX_BYTES": ("max_bytes", _positive_int),
+    "TRIAGE_DB": ("db", Path), "TRIAGE_CACHE_DIR": ("cache_dir", Path), "TRIAGE_MAX_BYTES": ("max_bytes", _byte_size),
     "TRIAGE_PLAYBOOKS": ("playbooks", _paths), "TRIAGE_ALLOWED_CHANNELS": ("allowed_channels", _channels),
-    "TRIAGE_RUNBOOK_URL": ("runbook_url", _url), "TRIAGE_MAX_FILE_BYTES": ("max_file_bytes", _positive_int),
+    "TRIAGE_RUNBOOK_URL": ("runbook_url", _url), "TRIAGE_MAX_FILE_BYTES": ("max_file_bytes", _byte_size),
     "SLACK_BOT_TOKEN": ("slack_bot_token", _token("xoxb-", "a bot token")),
     "SLACK_SIGNING_SECRET": ("slack_signing_secret", Secret),
     "SLACK_APP_TOKEN": ("slack_app_token", _token("xapp-", "an app-level token")),

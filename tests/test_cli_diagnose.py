@@ -166,7 +166,7 @@ def test_crash_lines_without_a_parser_are_listed_as_unrecognised(run, line):
 
 def test_rough_edges_a_new_user_hits(tmp_path):
     bare = triage()
-    assert bare.returncode == 0 and b"diagnose" in bare.stdout and b"usage" in bare.stdout
+    assert bare.returncode == 2 and b"diagnose" in bare.stderr and b"usage" in bare.stderr and not bare.stdout
     backup = triage("db", "backup", str(tmp_path / "no" / "such" / "dir" / "x.db"),
                     env={"TRIAGE_DB": str(tmp_path / "t.db")})
     err = backup.stderr.decode()

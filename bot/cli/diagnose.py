@@ -25,6 +25,9 @@ def cmd_diagnose(args, settings: Settings) -> int:
     paths, notes = log_paths(args.files)
     for note in notes:
         print(terminal_safe(f"triage: {note}"), file=sys.stderr)
+    if any(path == "-" for path, _ in paths) and sys.stdin.isatty():   # a person at a prompt, not a pipe: say so
+        print("triage: waiting for the log on stdin: paste it, then press Ctrl-D (on a line of its own) to end",
+              file=sys.stderr)
     emit = Emitter(args, store, phraser, config)
     jobs = jobs_for(args.jobs, paths, args.together)
     if jobs > 1:

@@ -9,13 +9,24 @@ from playbooks.engine import PlaybookError
 
 
 
+class SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: an option it does not know is its own error, shown with its own usage (`usage: triage
+    diagnose …`, exit code 2), not the top-level parser's."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="triage", description="Triage distributed-training logs (PyTorch, NCCL, EFA).")
     p.add_argument("--version", action="version", version=f"triage {_version()}")
-    sub = p.add_subparsers(dest="command", required=True)
-    from bot.cli import corpus, db, diagnose, evaluate, fleet, notify, plan, report, rules, serve, watch
+    sub = p.add_subparsers(dest="command", required=True, parser_class=SubcommandParser)
+    from bot.cli import completion, corpus, db, diagnose, evaluate, fleet, notify, plan, report, rules, serve, watch
     # the subcommands in the order `triage --help` lists them; each module adds its own parser
-    for room in (diagnose, serve, report, db, evaluate, plan, corpus, notify, watch, rules, fleet):
+    for room in (diagnose, serve, report, db, evaluate, plan, corpus, notify, watch, rules, fleet, completion):
         room.add_parser(sub)
     return p
 
@@ -30,9 +41,10 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    if not (sys.argv[1:] if argv is None else argv):
-        parser.print_help()
-        return 0
+    if not (sys.argv[1:] if argv is None else argv):   # bare `triage`: the usage on stderr, exit code 2
+        parser.print_usage(sys.stderr)
+        print("triage: a command is needed (triage --help lists them)", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if getattr(args, "job", None) and not getattr(args, "record", False):
         parser.error("--job names the job a stored diagnosis belongs to: use it with --record")
