@@ -35,7 +35,7 @@ eval: $(STAMP)
 	else echo "(../shared/corpus/dev.jsonl not found: the shared development corpus is not checked out beside this clone; only the project's own corpus was scored)"; fi
 
 corpus-table: $(STAMP)
-	$(BIN)/python -c "from bot.evaluate import sync_readme; print('README updated' if sync_readme() else 'README up to date')"
+	$(BIN)/python -c "from bot.cli.evaluate import sync_readme; print('README updated' if sync_readme() else 'README up to date')"
 
 runbook: $(STAMP)
 	$(BIN)/python -c "from knowledge.runbook import sync_generated; print('updated' if sync_generated() else 'up to date')"

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 TRIAGE = [sys.executable, "-m", "bot.cli"]
 sys.path.insert(0, str(ROOT))
-from bot.fleet_run import BLOCK_JOBS  # noqa: E402
+from bot.fleet.run import BLOCK_JOBS  # noqa: E402
 LOAD = os.getloadavg()[0]
 HEAD = "## Triage a fleet (`triage fleet`, `python bench/fleet.py`)"
 

@@ -35,7 +35,7 @@ def keyword_label(text: str) -> str:
 
 
 def main(paths: list[str]) -> int:
-    from bot.evaluate import Score, evaluate
+    from bot.cli.evaluate import Score, evaluate
     from engine import Engine
     from playbooks.engine import load
     engine, bot = Engine(load()), Score()

@@ -68,7 +68,7 @@ def well_formed(reason: str) -> bool:
 
 
 def measure(url: str, model: str, timeout: float, max_tokens: int, langs: list[str]) -> list[dict]:
-    from bot.llm import Phraser
+    from bot.answer.llm import Phraser
     from bot.settings import LLMConfig
     from knowledge.runbook import load as load_runbook
     phraser = Phraser(LLMConfig("openai", model, url, None, timeout, max_tokens), load_runbook())

@@ -17,25 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--slash", type=int, default=200)
-    ap.add_argument("--mentions", type=int, default=50)
-    ap.add_argument("--paste-kb", type=int, default=0,
-                    help="pad the log pasted in each mentioned thread to this many KiB (healthy NCCL INFO lines in front "
-                         "of the failure); slash commands carry at most 3,500 characters, as Slack's do")
-    a = ap.parse_args(argv)
-
+def _start_bot(fake, tmp: str):
+    """`triage serve` in HTTP mode against the fake Slack, once its /healthz answers: (process, events URL)."""
     import os
     import socket
-    import sqlite3
     import subprocess
     import urllib.request
-
-    from testkit.fakeslack import FakeSlack, event_body, post_signed, slash_body
-
-    fake = FakeSlack().start()
-    tmp = tempfile.mkdtemp(prefix="triage-load-")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -50,16 +37,15 @@ def main(argv=None) -> int:
             break
         except OSError:
             time.sleep(0.1)
-    url = f"http://127.0.0.1:{port}/slack/events"
-    logs = sorted((ROOT / "tests" / "fixtures").glob("*/*.log"))
-    texts = [p.read_text()[:3500] for p in logs if p.parent.name not in ("healthy", "report")]
-    pastes = texts
-    if a.paste_kb:
-        filler = "node-1:4410:4410 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read\n"
-        pastes = [filler * (a.paste_kb * 1024 // len(filler)) + t for t in texts]
+    return bot, f"http://127.0.0.1:{port}/slack/events"
+
+
+def _watch_rss(bot) -> list[int]:
+    """The bot's peak resident memory in KiB while the burst is served (Linux /proc), kept up to date in a list."""
+    import threading
     peak_rss = [0]
 
-    def watch_rss():   # the bot's resident memory while the burst is served (Linux /proc)
+    def watch():
         while bot.poll() is None:
             try:
                 kb = next(int(ln.split()[1]) for ln in open(f"/proc/{bot.pid}/status") if ln.startswith("VmRSS"))
@@ -67,8 +53,13 @@ def main(argv=None) -> int:
             except (OSError, StopIteration):
                 return
             time.sleep(0.1)
-    import threading
-    threading.Thread(target=watch_rss, daemon=True).start()
+    threading.Thread(target=watch, daemon=True).start()
+    return peak_rss
+
+
+def _burst(a, url: str, fake, texts: list[str], pastes: list[str]):
+    """Every slash command and mention at once: (results, seconds to send them all)."""
+    from testkit.fakeslack import event_body, post_signed, slash_body
 
     def slash(i: int):
         body = slash_body(texts[i % len(texts)], fake.response_url(i), user=f"U{i}")
@@ -93,6 +84,12 @@ def main(argv=None) -> int:
         futures = [pool.submit(slash, i) for i in range(a.slash)] + [pool.submit(mention, i) for i in range(a.mentions)]
         results = [f.result() for f in futures]
     sent = time.perf_counter() - t0
+    return results, sent
+
+
+def _report(a, fake, tmp: str, results, sent: float, t0: float, peak_rss: list[int]) -> dict[str, bool]:
+    """Wait for every answer (or two minutes), then count, print and check them."""
+    import sqlite3
     acks = [r[3] for r in results]
     bad_status = [r for r in results if r[2] != 200]
     busy_slash = sum(1 for r in results if r[4])   # told "busy, retry in N s" at the ack: no answer follows
@@ -132,6 +129,33 @@ def main(argv=None) -> int:
         print("stored by source:", dict(db.execute("select source, count(*) from diagnoses group by source")))
     for name, ok in checks.items():
         print(f"{'OK  ' if ok else 'FAIL'} {name}")
+    return checks
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--slash", type=int, default=200)
+    ap.add_argument("--mentions", type=int, default=50)
+    ap.add_argument("--paste-kb", type=int, default=0,
+                    help="pad the log pasted in each mentioned thread to this many KiB (healthy NCCL INFO lines in front "
+                         "of the failure); slash commands carry at most 3,500 characters, as Slack's do")
+    a = ap.parse_args(argv)
+
+    from testkit.fakeslack import FakeSlack
+
+    fake = FakeSlack().start()
+    tmp = tempfile.mkdtemp(prefix="triage-load-")
+    bot, url = _start_bot(fake, tmp)
+    logs = sorted((ROOT / "tests" / "fixtures").glob("*/*.log"))
+    texts = [p.read_text()[:3500] for p in logs if p.parent.name not in ("healthy", "report")]
+    pastes = texts
+    if a.paste_kb:
+        filler = "node-1:4410:4410 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read\n"
+        pastes = [filler * (a.paste_kb * 1024 // len(filler)) + t for t in texts]
+    peak_rss = _watch_rss(bot)
+    t0 = time.perf_counter()
+    results, sent = _burst(a, url, fake, texts, pastes)
+    checks = _report(a, fake, tmp, results, sent, t0, peak_rss)
     bot.terminate()
     bot.wait(timeout=30)
     fake.stop()

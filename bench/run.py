@@ -39,11 +39,11 @@ def check_found(doc: dict, info: dict) -> bool:
 
 
 def slack_latency(n: int = 40) -> tuple[float, float]:
-    from bot.server import make_server
+    from bot.slack.server import make_server
     from bot.service import Triage
     from bot.settings import Settings
-    from bot.slack_app import create_app
-    from bot.store import Store
+    from bot.slack.app import create_app
+    from bot.store.store import Store
     from testkit.fakeslack import FakeSlack, post_signed, slash_body
     from engine import Engine
     from knowledge.runbook import load as load_runbook
@@ -141,31 +141,8 @@ def _gzip_and_together(work: Path, log: Path, info: dict, mb: int, literals: Pat
            f"vs {base:.2f} s), RSS {rss} MiB", "<= 3x", tri <= 3 * base)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nccl-mb", type=int, default=1024)
-    ap.add_argument("--small-mb", type=int, default=100)
-    ap.add_argument("--train-mb", type=int, default=200)
-    ap.add_argument("--mixed-mb", type=int, default=1024)
-    ap.add_argument("--keep", help="directory for the generated logs (default: a temporary one)")
-    a = ap.parse_args(argv)
-    work = Path(a.keep or tempfile.mkdtemp(prefix="triage-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
-    from bench.families import PERSON
-    literals = work / "person-literals.txt"   # what a person greps for, not the parsers' trigger list
-    literals.write_text("\n".join(PERSON) + "\n")
-    try:
-        from parsers.scan import make_backend
-        backend = make_backend([b"x"]).name
-    except Exception:
-        backend = "?"
-    rows: list[tuple[str, str, str, bool]] = []
-    notes: list[str] = []
-
-    def target(name, measured, goal, ok):
-        rows.append((name, measured, goal, ok))
-        print(f"{'MET    ' if ok else 'NOT MET'}  {name}: {measured} (target {goal})", flush=True)
-
+def _nccl(a, work: Path, literals: Path, target) -> None:
+    """The NCCL log, small and big: time against grep -F, peak RSS and its growth, the failures found."""
     results = {}
     for label, mb in (("small", a.small_mb), ("big", a.nccl_mb)):
         log = work / f"nccl-{mb}mb.log"
@@ -185,6 +162,9 @@ def main(argv=None) -> int:
     target("injected failures found at their lines (MR error, lagging rank, Xid)", str(ok and results["small"][4]),
            "True", ok and results["small"][4])
 
+
+def _megatron(a, work: Path, target) -> None:
+    """A Megatron training log: time against grep -oE of the loss series, the loss spike found."""
     log = work / f"megatron-{a.train_mb}mb.log"
     info = gen("megatron", log, a.train_mb)
     tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
@@ -194,6 +174,9 @@ def main(argv=None) -> int:
     target("loss spike found at its line", str(check_found(json.loads(out), info)), "True",
            check_found(json.loads(out), info))
 
+
+def _mixed(a, work: Path, literals: Path, target) -> None:
+    """The mixed 512-rank log: time, readers shared over processes, and over the size cap."""
     log = work / f"mixed-{a.mixed_mb}mb.log"
     info = gen("mixed", log, a.mixed_mb)
     tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
@@ -212,11 +195,9 @@ def main(argv=None) -> int:
     target(f"the same log over the size cap (TRIAGE_MAX_BYTES = {a.mixed_mb // 2} MiB: head and tail read), peak RSS",
            f"{rss} MiB ({tri:.2f} s, truncated: {json.loads(out)['input']['truncated']})", "<= 200 MiB", rss <= 200)
 
-    log = work / f"mixed-{a.train_mb}mb.log"   # a smaller mixed log for the backends, gzip and --together
-    info = gen("mixed", log, a.train_mb)
-    _backends_and_hf(work, log, a.train_mb, literals, backend, target)
-    _gzip_and_together(work, log, info, a.train_mb, literals, target)
 
+def _startup(work: Path, target, notes: list[str]) -> None:
+    """The CLI on a 50-line paste against a bare interpreter importing the same libraries, warm and cold."""
     paste = b"".join((ROOT / "tests" / "fixtures" / "cuda_oom" / "new_format_fragmented.log").read_bytes()
                      .splitlines(keepends=True) * 3)[:50 * 200]
     os.environ["TRIAGE_CACHE_DIR"] = str(work / "cache")   # children inherit it: the first run starts cold
@@ -224,7 +205,7 @@ def main(argv=None) -> int:
     cli, _, _ = best_of(5, [*TRIAGE, "diagnose", "-"], stdin=paste)
     base, _, _ = best_of(5, [sys.executable, "-c", "import regex, pydantic, yaml"])
     import importlib.util
-    if Path(importlib.util.cache_from_source(str(ROOT / "bot" / "cli.py"))).exists():
+    if Path(importlib.util.cache_from_source(str(ROOT / "bot" / "cli" / "entry.py"))).exists():
         bytecode = "project bytecode precompiled by make"
     else:
         bytecode = "compiled from source every run" if sys.flags.dont_write_bytecode else "bytecode cached"
@@ -235,13 +216,9 @@ def main(argv=None) -> int:
     notes.append(f"The first `triage diagnose` after a playbook changes validates the YAML with pydantic and "
                  f"fills `TRIAGE_CACHE_DIR`: {cold * 1000:.0f} ms for the same paste ({cold / base:.2f}x).")
 
-    from bench.families import run as families
-    families(work, 50, target)   # each line family alone against the grep a person would run
 
-    ack, answer = slack_latency()
-    target("Slack HTTP ack p95", f"{ack:.0f} ms", "<= 100 ms", ack <= 100)
-    target("Slack answer p95, 200-line paste, no LLM", f"{answer:.0f} ms", "<= 300 ms", answer <= 300)
-
+def _write_markdown(rows, notes: list[str], backend: str) -> None:
+    """BENCHMARKS.md: the machine, then one row per target."""
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
     md = ["# Benchmarks", "", f"Machine: {os.cpu_count()} cores ({cpu}), "
@@ -252,6 +229,49 @@ def main(argv=None) -> int:
     md += [f"| {n} | {m} | {g} | {'met' if ok else '**not met**'} |" for n, m, g, ok in rows]
     md += ["", *notes] if notes else []
     (ROOT / "BENCHMARKS.md").write_text("\n".join(md) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nccl-mb", type=int, default=1024)
+    ap.add_argument("--small-mb", type=int, default=100)
+    ap.add_argument("--train-mb", type=int, default=200)
+    ap.add_argument("--mixed-mb", type=int, default=1024)
+    ap.add_argument("--keep", help="directory for the generated logs (default: a temporary one)")
+    a = ap.parse_args(argv)
+    work = Path(a.keep or tempfile.mkdtemp(prefix="triage-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    from bench.families import PERSON
+    literals = work / "person-literals.txt"   # what a person greps for, not the parsers' trigger list
+    literals.write_text("\n".join(PERSON) + "\n")
+    try:
+        from parsers.scan.scanner import make_backend
+        backend = make_backend([b"x"]).name
+    except Exception:
+        backend = "?"
+    rows: list[tuple[str, str, str, bool]] = []
+    notes: list[str] = []
+
+    def target(name, measured, goal, ok):
+        rows.append((name, measured, goal, ok))
+        print(f"{'MET    ' if ok else 'NOT MET'}  {name}: {measured} (target {goal})", flush=True)
+
+    _nccl(a, work, literals, target)
+    _megatron(a, work, target)
+    _mixed(a, work, literals, target)
+    log = work / f"mixed-{a.train_mb}mb.log"   # a smaller mixed log for the backends, gzip and --together
+    info = gen("mixed", log, a.train_mb)
+    _backends_and_hf(work, log, a.train_mb, literals, backend, target)
+    _gzip_and_together(work, log, info, a.train_mb, literals, target)
+    _startup(work, target, notes)
+
+    from bench.families import run as families
+    families(work, 50, target)   # each line family alone against the grep a person would run
+
+    ack, answer = slack_latency()
+    target("Slack HTTP ack p95", f"{ack:.0f} ms", "<= 100 ms", ack <= 100)
+    target("Slack answer p95, 200-line paste, no LLM", f"{answer:.0f} ms", "<= 300 ms", answer <= 300)
+    _write_markdown(rows, notes, backend)
     from bench.fleet import main as fleet
     fleet(["--keep", str(work / "fleet")])   # triage fleet on Ray (1, 2 workers) vs --jobs: its own section
     print(f"\n{sum(r[3] for r in rows)} of {len(rows)} targets met; figures written to BENCHMARKS.md")

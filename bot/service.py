@@ -1,4 +1,5 @@
-"""What every interface does with an input: diagnose it, store it, hand back the diagnosis and its id."""
+"""What every interface does with an input: diagnose it, store it, hand back the diagnosis and its id; and whether
+today's engine recognises a line (the weekly report and `triage rules new` ask)."""
 from __future__ import annotations
 
 import hashlib
@@ -7,7 +8,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from bot.store import Store
+from bot.store.store import Store
 from core.ingest import UnusableInput, from_bytes
 from core.inputs import Joined, expand, open_path
 from core.models import Diagnosis
@@ -24,7 +25,7 @@ class Triage:
     runbook: Runbook
     store: Store | None = None
     max_bytes: int = 4 << 30
-    phraser: Any = None  # bot.llm.Phraser when TRIAGE_LLM is set
+    phraser: Any = None  # bot.answer.llm.Phraser when TRIAGE_LLM is set
 
     def _source(self, data: bytes | str, name: str):
         """Bytes in memory, or a file on disk given by its path (read as a stream)."""
@@ -92,3 +93,21 @@ def input_digest(data: bytes | str | list) -> str:
         except OSError:
             h.update(part.encode())   # gone already: the digest still names what it was
     return h.hexdigest()
+
+
+def recognised(engine, line: str) -> str | None:
+    """The symptom today's engine finds in this one line alone, or None: an 'unrecognised' line recorded before a
+    parser or rule learnt it is not unrecognised any more."""
+    from core.ingest import from_bytes
+    try:
+        d = engine.diagnose(from_bytes(line.encode("utf-8", "replace") + b"\n", "line"))
+    except Exception:   # (an unusable line: nothing claims it)
+        return None
+    return d.findings[0].symptom if d.findings else None
+
+
+def builtin_engine():
+    """The engine with the built-in playbooks and readers only (no settings needed)."""
+    from engine import Engine
+    from playbooks.engine import load
+    return Engine(load())

@@ -75,11 +75,18 @@ def _default_cache() -> Path:
 
 # --- one parser per kind of value; each raises ValueError with the message shown after the variable name ---
 
-def _positive_int(v: str) -> int:
-    try:
-        n = int(v.replace("_", ""))
-    except ValueError:
-        raise ValueError(f"must be a whole number, not {v!r}") from None
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def _byte_size(v: str) -> int:
+    """A size in bytes: a whole number (4_000_000), or a number with a unit, case-insensitive: KB, MB, GB (powers of
+    1000) or KiB, MiB, GiB (powers of 1024), e.g. 10MB, 1.5GiB, 512 kib."""
+    m = re.fullmatch(r"\s*(\d[\d_]*(?:\.\d+)?)\s*([a-zA-Z]*)\s*", v)
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS or ("." in m.group(1) and not unit.strip("b")):
+        raise ValueError(f"must be a size in bytes: a whole number, or a number with KB, MB, GB, KiB, MiB or GiB "
+                         f"(e.g. 10MB), not {v!r}")
+    n = int(float(m.group(1).replace("_", "")) * _UNITS[unit])
     if n <= 0:
         raise ValueError("must be greater than 0")
     return n
@@ -119,13 +126,13 @@ def _rate(v: str) -> str:
 
 
 def _cron(v: str) -> str:
-    from bot.schedule import Cron
+    from bot.proactive.schedule import Cron
     Cron(v)
     return v
 
 
 def _tz(v: str) -> str:
-    from bot.schedule import Cron
+    from bot.proactive.schedule import Cron
     Cron("0 9 * * 1", v)
     return v
 
@@ -136,16 +143,16 @@ def _llm(v: str) -> str:
 
 
 def _loss_spike(v: str):
-    """"rel=0.3,mad_k=4": the options the loss parser declares (LossParser.Options, a SpikeThresholds)."""
-    from parsers.base import parse_options
-    from parsers.convergence import LossParser
-    return parse_options(LossParser.Options, v)
+    """"rel=0.3,mad_k=4": the options the loss parser declares (LossParser.Options, a SpikeThresholds), as the engine
+    exposes them (engine.options: bot/ never imports parsers/)."""
+    from engine.options import LOSS_OPTIONS, parse_options
+    return parse_options(LOSS_OPTIONS, v)
 
 
 def _scan_backend(v: str) -> str:
     from importlib.util import find_spec
 
-    from parsers.scan import BACKENDS
+    from engine.options import BACKENDS
     if v not in BACKENDS:
         raise ValueError(f"must be one of {', '.join(BACKENDS)}, not {v!r}")
     if v in ("hyperscan", "ahocorasick") and find_spec(v) is None:
@@ -164,10 +171,10 @@ def _channels(v: str) -> list[str]:
 
 # environment variable -> (field, parser)
 ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "TRIAGE_DB": ("db", Path), "TRIAGE_CACHE_DIR": ("cache_dir", Path), "TRIAGE_MAX_BYTES": ("max_bytes", _positive_int),
+    "TRIAGE_DB": ("db", Path), "TRIAGE_CACHE_DIR": ("cache_dir", Path), "TRIAGE_MAX_BYTES": ("max_bytes", _byte_size),
     "TRIAGE_PLAYBOOKS": ("playbooks", _paths), "TRIAGE_ALLOWED_CHANNELS": ("allowed_channels", _channels),
-    "TRIAGE_RUNBOOK_URL": ("runbook_url", _url), "TRIAGE_MAX_FILE_BYTES": ("max_file_bytes", _positive_int),
-    "TRIAGE_MAX_THREAD_BYTES": ("max_thread_bytes", _positive_int),
+    "TRIAGE_RUNBOOK_URL": ("runbook_url", _url), "TRIAGE_MAX_FILE_BYTES": ("max_file_bytes", _byte_size),
+    "TRIAGE_MAX_THREAD_BYTES": ("max_thread_bytes", _byte_size),
     "SLACK_BOT_TOKEN": ("slack_bot_token", _token("xoxb-", "a bot token")),
     "SLACK_SIGNING_SECRET": ("slack_signing_secret", Secret),
     "SLACK_APP_TOKEN": ("slack_app_token", _token("xapp-", "an app-level token")),

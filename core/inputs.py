@@ -138,7 +138,10 @@ def open_inputs(path: str, max_bytes: int, name: str | None = None,
 def open_path(path: str, max_bytes: int, name: str | None = None) -> Source:
     if path == "-":
         import sys
-        return Source("stdin", sys.stdin.buffer, max_bytes)
+        stream = sys.stdin.buffer
+        if stream.isatty():   # on a terminal Ctrl-D ends one read, not the stream: read it once, up to that Ctrl-D
+            stream = io.BytesIO(stream.read(max_bytes + 1))
+        return Source("stdin", stream, max_bytes)
     try:
         f = open(path, "rb")
     except IsADirectoryError:

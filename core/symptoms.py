@@ -1,7 +1,8 @@
 """The symptom registry: the one place a symptom is declared.
 
 A symptom's id is the name it has everywhere: in findings, playbooks, the corpus and the store. Its family is the
-stem of the three files that handle it: `parsers/<family>.py`, `playbooks/<family>.yaml`, `knowledge/<family>.md`.
+stem of the three files that handle it: `parsers/<family>.py` (or the package `parsers/<family>/` once the family has
+grown several modules), `playbooks/<family>.yaml`, `knowledge/<family>.md`.
 Everything else that used to be spelled out per symptom in other layers derives from here: the list of valid ids,
 the root-cause ordering (`rank`, `causes`), display names, which facts name hosts (and the role a host played),
 how the weekly report groups a symptom, and which fact keys a playbook may test.
@@ -99,7 +100,7 @@ _REGISTRY: tuple[Symptom, ...] = (
              "message_bytes", "net_channel_lines", "nodes",
              "op", "ratio_pct", "reports", "timers", "top_kernel"),
             causes=("tcp_fallback", "efa_provider_missing", "nvlink_inactive", "version_mismatch"),
-            report=THROUGHPUT),   # its Korean title depends on the rule: bot.titles_ko builds it
+            report=THROUGHPUT),   # its Korean title depends on the rule: bot.answer.titles_ko builds it
     Symptom("straggler", "slow", "warning", 12, "A slow rank or node holds the job back", "느린 rank/노드(straggler)",
             ("clock_mhz", "fleet_clock_mhz", F.LAGGING_HOSTS, "reports", "score", "slow_nodes", "slow_ranks", "slowdown_pct",
              "slow_reports", "threshold", "detector", "below_median_pct", "metric"),

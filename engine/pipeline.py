@@ -18,8 +18,8 @@ from core.templates import unexplained
 import engine.split as split
 from engine.causes import order
 from parsers import READERS
-from parsers.base import Context, Parser
-from parsers.scan import Scanner
+from parsers.scan.base import Context, Parser
+from parsers.scan.scanner import Scanner
 from parsers.step_series import pick as step_time
 from parsers.team import TeamRules
 from playbooks import engine as playbooks

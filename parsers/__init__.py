@@ -1,6 +1,8 @@
 """Parsers, one module per symptom family: the registry (core.symptoms) lists the families, and the family stem
-names the module (`parsers/<family>.py`), its playbook and its runbook page. Each module exposes PARSERS, its Parser
-classes; collectors (no symptoms) live in parsers.collectors."""
+names the module `parsers.<family>` (a file `parsers/<family>.py`, or a package `parsers/<family>/` whose __init__ is
+the family module once the family has grown several modules: slow, convergence), its playbook and its runbook page.
+Each family module exposes PARSERS, its Parser classes; collectors (no symptoms) live in parsers.collectors, and the
+reader contract with the scanner in parsers.scan."""
 from importlib import import_module
 
 from core.symptoms import FAMILIES

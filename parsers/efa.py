@@ -16,7 +16,7 @@ from typing import Any
 from core import versions as V
 from core.models import Finding
 from parsers import gdr
-from parsers.base import Context, EvidenceBox, Hit, Parser, host_of, rank_of, rx, search
+from parsers.scan.base import Context, EvidenceBox, Hit, Parser, host_of, rank_of, rx, search
 
 _OFI = rx(r"(?:(\w+):\d+ )?(?:NCCL WARN )?NET/OFI Unable to register memory \(type = (\d+)\) for device (\d+)\.?"
           r"(?: RC: (-?\d+)(?:, Error: ([^\n]+))?)?")

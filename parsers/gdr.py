@@ -9,7 +9,7 @@ counted chunk-wide (the transport reader's feed_chunk), and not at all once one 
 from __future__ import annotations
 
 from core.models import Evidence, Finding
-from parsers.base import Context
+from parsers.scan.base import Context
 
 GDR_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200")
 _CHANNELS = (b" via NET/AWS Libfabric/", b" via NET/Libfabric/")

@@ -9,7 +9,7 @@ from typing import Any
 
 from core import instances as I
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, rx, search
+from parsers.scan.base import Context, Hit, Parser, rx, search
 
 # xid -> (meaning, action). Actions: app (fix/restart the job), reset (reset the GPU / reboot), drain (take the
 # node out of the pool and open a hardware ticket).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from parsers.base import Hit, rx, search
+from parsers.scan.base import Hit, rx, search
 
 # torch.distributed.monitored_barrier (and ProcessGroupWrapper under TORCH_DISTRIBUTED_DEBUG=DETAIL): rank 0 names
 # the ranks that did not arrive ("Rank 3 failed to pass monitoredBarrier in 30000 ms"; with wait_all_ranks

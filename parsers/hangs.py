@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, rank_of, ranks_text, rx, search
+from parsers.scan.base import Context, Hit, Parser, rank_of, ranks_text, rx, search
 from parsers.hang_reports import TRIGGERS as MISSING_TRIGGERS, MissingRanks
 
 GPUS_PER_NODE = 8   # p4d, p5, p5en and p6 alike: a larger world spans several nodes

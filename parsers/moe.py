@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, findall, rx, search
+from parsers.scan.base import Context, Hit, Parser, findall, rx, search
 
 DEVIATION_LIMIT = 0.20  # the runbook's target: every expert within 20% of the mean load
 DROP_LIMIT = 0.10       # the runbook's target: at most 10% of tokens dropped

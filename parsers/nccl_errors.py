@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, host_of, rank_of, rx, search
+from parsers.scan.base import Context, Hit, Parser, host_of, rank_of, rx, search
 
 # (rule, pattern, what it means). First match wins per line; order = most specific first.
 _RULES = (

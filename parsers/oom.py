@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models import Finding
-from parsers.base import Context, Hit, Parser, findall, rank_of, ranks_text, rx, search, to_gib
+from parsers.scan.base import Context, Hit, Parser, findall, rank_of, ranks_text, rx, search, to_gib
 
 _SIZE = r"([\d.]+)\s*([KMGT]i?B|bytes)"
 _KINDS = (

@@ -11,7 +11,7 @@ import regex
 
 from core.models import Finding
 from core import symptoms
-from parsers.base import RX_TIMEOUT, Context, EvidenceBox, Hit, Parser
+from parsers.scan.base import RX_TIMEOUT, Context, EvidenceBox, Hit, Parser
 
 _FIELD = re.compile(r"\{(\w+)\}")
 RULE_BUDGET_S = 2.0   # seconds one team rule may spend on one log before it is switched off for that log

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models import Evidence, Finding
-from parsers.base import Context, Hit, Parser, rx, search
+from parsers.scan.base import Context, Hit, Parser, rx, search
 
 _RULES = (
     ("driver_library", rx(r"Driver/library version mismatch"), "The NVIDIA kernel module and user-space driver "

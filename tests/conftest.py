@@ -67,11 +67,11 @@ def slack_bot(tmp_path, engine):
     """Start the real Bolt app behind the real HTTP server, talking to a fake Slack Web API over HTTP."""
     import threading
 
-    from bot.server import make_server
+    from bot.slack.server import make_server
     from bot.service import Triage
     from bot.settings import Settings
-    from bot.slack_app import create_app
-    from bot.store import Store
+    from bot.slack.app import create_app
+    from bot.store.store import Store
     from testkit.fakeslack import FakeSlack
     from knowledge.runbook import load as load_runbook
 
@@ -84,7 +84,7 @@ def slack_bot(tmp_path, engine):
         store = Store(settings.db)
         phraser = None
         if settings.llm_config() is not None:
-            from bot.llm import Phraser
+            from bot.answer.llm import Phraser
             phraser = Phraser(settings.llm_config(), load_runbook(), store)
         app = create_app(settings, Triage(engine, load_runbook(), store, phraser=phraser))
         server = make_server(app, "127.0.0.1", 0, SECRET)

@@ -49,7 +49,7 @@ def test_aws_keeps_its_efa_steps_and_gets_no_infiniband_only_step(run):
 
 
 def test_the_korean_title_names_the_fabric_too(run):
-    from bot.i18n import finding_title
+    from bot.answer.i18n import finding_title
     assert "InfiniBand 대신" in finding_title("ko", run(IB).findings[0])
     assert "EFA 대신" in finding_title("ko", run(TCP).findings[0])
 

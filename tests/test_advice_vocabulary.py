@@ -151,7 +151,7 @@ def test_a_raw_deepspeed_key_never_reaches_a_job_of_another_framework(books):
 
 
 def test_config_patch_removes_the_displaced_flag():
-    from bot.patch import patch
+    from bot.patch.patch import patch
     step = Step(id="loss.bf16", owner="ml", text="Use bf16.", cite=["convergence#bf16"],
                 changes=[Change(kind="flag", name="--bf16", to=True),
                          Change(kind="flag", name="--fp16", to=None, from_=True, note="remove it")])

@@ -1,6 +1,6 @@
 """Korean answers are Korean throughout (issue 30): severities, headings, evidence locations, step texts and the notes
 beside changes, the engine's own notes included; names of flags, keys and commands stay as they are."""
-from bot.render import diagnosis_text
+from bot.answer.render import diagnosis_text
 from core import frameworks as FW
 
 from test_advice_vocabulary import TIMEOUT
@@ -39,7 +39,7 @@ def test_the_korean_notes_of_the_vocabulary_and_the_engine(books):
 
 def test_the_slack_answer_in_korean_says_its_changes_and_labels_in_korean(engine):
     import json
-    from bot.slack_blocks import diagnosis_blocks
+    from bot.slack.blocks import diagnosis_blocks
     from core.ingest import from_bytes
     from conftest import ROOT
     d = engine.diagnose(from_bytes((ROOT / "examples" / "p5-megatron-oom.log").read_bytes(), "x"), "ko")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bot.render import change_text, diagnosis_text
+from bot.answer.render import change_text, diagnosis_text
 from core.models import Change
 
 from test_advice_vocabulary import COLLAPSE, DS, DS_DUMP, HF, TCP, TCP_DOCKER0
@@ -78,8 +78,8 @@ def test_facts_only_when_verbose_and_always_in_json(run):
 
 
 def test_a_log_read_only_in_part_is_healthy_only_in_the_parts_read():
-    from bot.render import verdict_lines
-    from bot.slack_blocks import diagnosis_blocks
+    from bot.answer.render import verdict_lines
+    from bot.slack.blocks import diagnosis_blocks
     from core.models import Diagnosis, InputInfo
     whole = Diagnosis(input=InputInfo(name="job.log", bytes=10, lines=3))
     part = Diagnosis(input=InputInfo(name="job.log", bytes=10, lines=3, truncated=True))
@@ -100,7 +100,7 @@ def test_counts_in_step_texts_read_as_people_write_them(run):
 
 
 def test_a_steps_deepspeed_keys_under_one_top_key_paste_as_one_fragment():
-    from bot.render import change_lines
+    from bot.answer.render import change_lines
     lines = change_lines([Change(kind="config", name="zero_optimization.stage", to=3, from_=2),
                           Change(kind="config", name="zero_optimization.offload_optimizer.device", to="cpu"),
                           Change(kind="config", name="gradient_clipping", to=0.5)])

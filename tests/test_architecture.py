@@ -15,7 +15,7 @@ ALLOWED = {
     "parsers": {"core"},
     "playbooks": {"core", "knowledge"},
     "engine": {"core", "parsers", "playbooks"},
-    "bot": {"core", "knowledge", "parsers", "playbooks", "engine"},
+    "bot": {"core", "knowledge", "playbooks", "engine"},   # parsers only through the engine (engine.options)
     "testkit": set(),
     "tests": {"core", "knowledge", "parsers", "playbooks", "engine", "bot", "testkit"},
     "bench": {"core", "knowledge", "parsers", "playbooks", "engine", "bot", "testkit"},
@@ -52,6 +52,82 @@ def test_nothing_imports_upwards(path):
     assert bad == [], f"{pkg} may import only {sorted(ALLOWED[pkg])}"
 
 
+# bot/ is one package per interface (its rooms) plus the glue at its top (settings, wiring, service): what each room
+# may import from the others. The Slack bot and the command line never import each other (`triage serve` starts the
+# bot through bot.wiring); the engine's layers below never import bot at all (ALLOWED above).
+BOT_ROOMS = {
+    "settings": {"proactive"},                       # (the cron schedule's own check of TRIAGE_REPORT_CRON / TRIAGE_TZ)
+    "service": {"store"},
+    "wiring": {"service", "answer", "store", "slack"},
+    "answer": {"settings"},
+    "store": {"settings"},
+    "patch": {"answer"},
+    "report": {"service", "store", "slack"},
+    "slack": {"settings", "wiring", "service", "answer", "store", "patch", "report"},
+    "proactive": {"settings", "wiring", "answer", "store", "slack"},
+    "fleet": {"settings", "wiring", "answer", "store", "proactive"},
+    "cli": {"settings", "wiring", "service", "answer", "store", "patch", "proactive", "report", "fleet"},
+}
+BOT_SOURCES = [p for p in SOURCES if p.relative_to(ROOT).parts[0] == "bot"]
+
+
+def _room(module: str) -> str | None:
+    """bot.slack.app → slack, bot.settings → settings; None for bot itself and for what is not bot's."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "bot" and len(parts) > 1 else None
+
+
+def test_every_bot_module_lives_in_a_known_room():
+    rooms = {p.relative_to(ROOT / "bot").parts[0].removesuffix(".py") for p in BOT_SOURCES} - {"__init__"}
+    assert rooms == set(BOT_ROOMS)
+    for package in (p for p in (ROOT / "bot").iterdir() if p.is_dir() and p.name != "__pycache__"):
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and len(doc) > 80, f"bot/{package.name}/__init__.py says what the package holds"
+
+
+@pytest.mark.parametrize("path", BOT_SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_bot_rooms_import_only_what_they_may(path):
+    own = _room(_module(path))
+    if own is None:   # bot/__init__.py
+        assert not {m for m in _imports(path) if m.startswith("bot.")}
+        return
+    bad = sorted(m for m in _imports(path) if _room(m) not in (None, own) and _room(m) not in BOT_ROOMS[own])
+    assert bad == [], f"bot.{own} may import only {sorted(BOT_ROOMS[own])} of bot's other rooms"
+
+
+def test_slack_and_cli_never_import_each_other_and_bot_never_imports_parsers():
+    assert "cli" not in BOT_ROOMS["slack"] and "slack" not in BOT_ROOMS["cli"]
+    assert not any("cli" in allowed for allowed in BOT_ROOMS.values())   # nothing but the entry point runs the CLI
+    assert "parsers" not in ALLOWED["bot"]
+    for path in BOT_SOURCES:
+        assert not {m for m in _imports(path) if m.split(".")[0] == "parsers"}, path
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):   # nor by name (import_module("parsers…"))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert not node.value.startswith(("parsers.", "bot.cli", "bot.slack")) or \
+                    _room(_module(path)) in {"wiring", "slack", "cli"}, (path, node.value)
+
+
+def test_every_package_is_installed():
+    """pyproject lists the packages one by one: a sub-package left out would be missing from a fresh install."""
+    import tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for top in ("bot", "core", "engine", "parsers", "playbooks",
+                                                                    "knowledge") for p in (ROOT / top).rglob("__init__.py")}
+    assert listed == found
+    script = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["triage"]
+    module, _, function = script.partition(":")
+    assert (ROOT / (module.replace(".", "/") + ".py")).exists() and f"def {function}(" in \
+        (ROOT / (module.replace(".", "/") + ".py")).read_text()
+
+
+def test_the_engine_exposes_what_settings_check():
+    from engine.options import BACKENDS, LOSS_OPTIONS, OPTION_TYPES, parse_options
+    from parsers.convergence import LossParser
+    from parsers.scan.backends import BACKENDS as SCANNER_BACKENDS
+    assert LOSS_OPTIONS is LossParser.Options and OPTION_TYPES == (LOSS_OPTIONS,) and BACKENDS == SCANNER_BACKENDS
+    assert parse_options(LOSS_OPTIONS, "rel=0.5").rel == 0.5
+
+
 def test_no_import_cycle():
     modules = {_module(p): p for p in SOURCES}
     graph = {m: {i for i in _imports(p) if i in modules and i != m} for m, p in modules.items()}
@@ -71,8 +147,7 @@ def test_no_import_cycle():
             visit(m, [])
 
 
-@pytest.mark.parametrize("path", [p for p in SOURCES if p.relative_to(ROOT).parts[0] != "bench"],
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))   # bench/ too
 def test_small_modules_and_functions(path):
     src = path.read_text(encoding="utf-8")
     assert src.count("\n") <= 400
@@ -84,11 +159,13 @@ def test_small_modules_and_functions(path):
 def test_every_family_has_its_three_homes():
     from core.symptoms import SYMPTOMS
     for s in SYMPTOMS.values():
-        parser = ROOT / "parsers" / f"{s.family}.py"
+        package = ROOT / "parsers" / s.family   # a family grown into several modules is a package of that name
+        parser = package / "__init__.py" if package.is_dir() else ROOT / "parsers" / f"{s.family}.py"
         playbook = ROOT / "playbooks" / f"{s.family}.yaml"
         runbook = ROOT / "knowledge" / f"{s.family}.md"
         assert parser.exists() and playbook.exists() and runbook.exists(), s.id
-        homes = [parser, *sorted(parser.parent.glob(f"{s.family}_*.py"))]   # a family may spill into <family>_*.py
+        # a family may spill into <family>_*.py beside it, or into the other modules of its package
+        homes = [parser, *sorted(package.glob("*.py") if package.is_dir() else parser.parent.glob(f"{s.family}_*.py"))]
         assert any(f'"{s.id}"' in p.read_text() for p in homes), f"{parser.name} does not emit {s.id}"
         assert f"symptom: {s.id}" in playbook.read_text() or s.id in playbook.read_text(), playbook.name
 

@@ -164,7 +164,7 @@ def _patterns():
     from importlib import import_module
 
     import parsers
-    from parsers.base import rx
+    from parsers.scan.base import rx
     seen: dict[int, tuple[str, rx]] = {}
 
     def walk(name, value, depth=0):
@@ -184,7 +184,7 @@ def test_no_pattern_backtracks_for_long_on_a_line_short_enough_to_search_untimed
     """Lines up to RX_UNTIMED characters are searched without the regex timeout (issue 16: the timeout's clock reads
     cost more than most searches). Every pattern, on adversarial text of that length made from its own fixed words
     and the characters patterns repeat, must finish quickly — a nested quantifier would not."""
-    from parsers.base import RX_UNTIMED
+    from parsers.scan.base import RX_UNTIMED
     patterns = _patterns()
     assert len(patterns) > 100
     slow = []

@@ -24,7 +24,7 @@ def _deep_json_log() -> str:
 
 
 def _notifier(fake, tmp_path):
-    from bot.notify import Notifier
+    from bot.proactive.notify import Notifier
     from bot.settings import Settings
     from bot.wiring import store
     settings = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-t", "SLACK_API_BASE_URL": fake.api,
@@ -54,7 +54,7 @@ def _eio(path) -> None:
 
 
 def test_a_file_that_fails_with_eio_is_that_jobs_failure_and_the_pass_goes_on(fake, tmp_path):
-    from bot.watch import JobFailed, Watcher
+    from bot.proactive.watch import JobFailed, Watcher
     root = tmp_path / "jobs"
     (root / "job-a").mkdir(parents=True)
     _eio(root / "job-a" / "rank0.log")

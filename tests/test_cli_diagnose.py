@@ -166,7 +166,7 @@ def test_crash_lines_without_a_parser_are_listed_as_unrecognised(run, line):
 
 def test_rough_edges_a_new_user_hits(tmp_path):
     bare = triage()
-    assert bare.returncode == 0 and b"diagnose" in bare.stdout and b"usage" in bare.stdout
+    assert bare.returncode == 2 and b"diagnose" in bare.stderr and b"usage" in bare.stderr and not bare.stdout
     backup = triage("db", "backup", str(tmp_path / "no" / "such" / "dir" / "x.db"),
                     env={"TRIAGE_DB": str(tmp_path / "t.db")})
     err = backup.stderr.decode()
@@ -228,7 +228,7 @@ def test_jobs_diagnoses_files_in_worker_processes_with_the_same_output_in_the_sa
 
 
 def test_worker_processes_only_pay_off_for_several_big_files(tmp_path):
-    from bot.parallel import POOL_FROM, jobs_for
+    from bot.cli.parallel import POOL_FROM, jobs_for
     big = []
     for name in ("n1.log", "n2.log"):
         with open(tmp_path / name, "wb") as f:

@@ -11,7 +11,7 @@ from conftest import FIXTURES, ROOT
 GATED = """
 import os, sys, time
 sys.path.insert(0, {root!r})
-from bot.cli import main
+from bot.cli.entry import main
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.002)
 sys.exit(main(["diagnose", "--record", sys.argv[2]]))

@@ -55,7 +55,7 @@ def test_store_schema_comes_from_migrations_only(tmp_path, run):
     from the former alter=True path migrates cleanly."""
     import sqlite3
 
-    from bot.store import Store
+    from bot.store.store import Store
     from conftest import FIXTURES
     fresh = Store(tmp_path / "new.db")
     assert "llm_outcome" in fresh.db["diagnoses"].columns_dict

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.evaluate import evaluate
+from bot.cli.evaluate import evaluate
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "dev.jsonl"
 
@@ -57,7 +57,7 @@ def test_project_corpus_is_gated_and_the_readme_table_is_current(engine, tmp_pat
 
     from core.symptoms import SYMPTOMS
 
-    from bot.evaluate import Score, markdown_table, project_corpus, sync_readme
+    from bot.cli.evaluate import Score, markdown_table, project_corpus, sync_readme
     from conftest import ROOT
     files = project_corpus(ROOT)
     assert len(files) >= 2
@@ -83,7 +83,7 @@ def test_project_corpus_is_gated_and_the_readme_table_is_current(engine, tmp_pat
 def test_every_project_case_has_a_public_or_device_source_and_a_known_label():
     import json
 
-    from bot.evaluate import project_corpus
+    from bot.cli.evaluate import project_corpus
     from conftest import ROOT
     from core.symptoms import IDS
     for path in project_corpus(ROOT):
@@ -102,7 +102,7 @@ def test_no_case_is_modelled_on_a_reserved_thread():
     import subprocess
     import sys
 
-    from bot.evaluate import project_corpus
+    from bot.cli.evaluate import project_corpus
     from conftest import ROOT
     files = [str(p) for p in sorted((ROOT / "tests" / "corpus").glob("*.jsonl"))]
     assert project_corpus(ROOT)

@@ -1,5 +1,5 @@
 """A real `triage serve` killed with SIGKILL between storing a diagnosis and posting it loses nothing: the work was
-written down (bot.journal) before it started, and the next `triage serve` on the database resumes it and posts the
+written down (bot.store.journal) before it started, and the next `triage serve` on the database resumes it and posts the
 answer exactly once, also when the first process was killed just after Slack took the post."""
 import os
 import socket
@@ -45,7 +45,7 @@ def _answers(fake, root):
 
 @pytest.mark.parametrize("point", ["before-post", "after-post"])
 def test_kill_9_mid_answer_is_resumed_and_posted_exactly_once(tmp_path, point):
-    from bot.store import Store
+    from bot.store.store import Store
     from testkit.fakeslack import FakeSlack, event_body, post_signed
     fake = FakeSlack().start()
     db = tmp_path / "t.db"
@@ -79,5 +79,5 @@ def test_finished_work_is_struck_off_and_never_resumed(slack_bot):
     h.event({"type": "app_mention", "user": "U1", "text": "<@UBOT>", "ts": "6.1", "channel": "C1"}, "EvDone")
     h.fake.wait(lambda: any(p.get("name") == "white_check_mark" for p in h.fake.called("reactions.add")))
     h.fake.wait(lambda: not list(h.store.db.query("select id from work")))
-    from bot.journal import Journal
+    from bot.store.journal import Journal
     assert Journal(h.store).orphans() == []

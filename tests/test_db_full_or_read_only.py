@@ -49,7 +49,7 @@ def _fill(path) -> None:
 @pytest.fixture
 def full(monkeypatch):
     """Every new Store connection is pinned at its database's current size: a full disk, as SQLite reports it."""
-    from bot.store import Store
+    from bot.store.store import Store
     real = Store.db.fget
 
     def pinned(self):
@@ -128,7 +128,7 @@ def test_a_read_only_database_is_still_read_and_recording_degrades(tmp_path, rea
 
 def test_a_full_database_still_prints_the_diagnosis_and_reads_for_report_and_backup(tmp_path, full, capsys,
                                                                                     monkeypatch):
-    from bot.cli import main
+    from bot.cli.entry import main
     db, log = _recorded_db(tmp_path)
     _fill(db)
     monkeypatch.setenv("TRIAGE_DB", str(db))

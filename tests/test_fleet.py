@@ -102,7 +102,7 @@ def ray_local(s3):
 
 
 def _triage(*argv, env=None) -> tuple[int, str, str]:
-    from bot.cli import main
+    from bot.cli.entry import main
     out, err = io.StringIO(), io.StringIO()
     saved = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
@@ -167,7 +167,7 @@ def test_each_job_gets_the_answer_diagnose_together_gives(dir_run, fleet_dir):
 
 
 def test_a_rerun_records_nothing_new_and_the_store_holds_each_job_once(dir_run, fleet_dir):
-    from bot.store import Store
+    from bot.store.store import Store
     _, rows, _, env = dir_run
     store = Store(env["TRIAGE_DB"])
     before = store.db["diagnoses"].count
@@ -212,7 +212,7 @@ def test_a_job_past_its_time_limit_and_a_missing_source_are_rows_not_crashes(fle
 
 def test_without_ray_it_says_how_to_install_the_extra_and_exits_2(fleet_dir):
     code = ("import sys; sys.modules['ray'] = None; sys.modules['ray.data'] = None\n"
-            "from bot.cli import main; sys.exit(main(['fleet', sys.argv[1]]))")
+            "from bot.cli.entry import main; sys.exit(main(['fleet', sys.argv[1]]))")
     r = subprocess.run([sys.executable, "-c", code, str(fleet_dir)], capture_output=True, text=True, cwd=ROOT,
                        timeout=120)
     assert r.returncode == 2 and "pip install '.[fleet]'" in r.stderr and "--jobs N" in r.stderr
@@ -222,7 +222,7 @@ def test_without_ray_it_says_how_to_install_the_extra_and_exits_2(fleet_dir):
 
 
 def test_progress_and_the_summary_table():
-    from bot.fleet import Fleet
+    from bot.fleet.fleet import Fleet
     out, err = io.StringIO(), io.StringIO()
     fleet = Fleet(out, progress=True)
     fleet.listed, fleet.listing = 4, False
@@ -239,7 +239,7 @@ def test_the_weekly_report_gains_a_fleet_section(fleet_dir, tmp_path):
     from datetime import datetime, timedelta, timezone
 
     from bot import report
-    from bot.store import Store
+    from bot.store.store import Store
     env = {"TRIAGE_DB": str(tmp_path / "report.db")}   # its own store: other tests' runs record into dir_run's
     code, _, err = _triage("fleet", str(fleet_dir), "--since", "7d", "--record", "--jobs", "2", env=env)
     assert code == 0, err

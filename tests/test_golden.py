@@ -65,7 +65,7 @@ def test_every_symptom_has_positive_and_healthy_fixtures():
 
 def test_evidence_lines_point_at_the_real_line(run):
     """Evidence shows the line as the program printed it: the real line, less the launcher's '[rankN]:' label."""
-    from parsers.base import unprefix
+    from parsers.scan.base import unprefix
     path = FIXTURES / "nccl_timeout" / "lagging_rank.log"
     lines = path.read_text().splitlines()
     d = run(path.read_bytes())
@@ -77,7 +77,7 @@ def test_evidence_lines_point_at_the_real_line(run):
 def test_every_fixture_finding_has_a_korean_title_built_from_its_facts(run):
     import re as _re
 
-    from bot.titles_ko import reason, title
+    from bot.answer.titles_ko import reason, title
     for path in CASES:
         for f in run(path.read_bytes(), path.name).findings:
             ko = title(f)

@@ -34,7 +34,7 @@ def test_per_user_rate_limit_answers_clearly(slack_bot):
 def test_answer_survives_a_slack_outage_and_is_sent_after_restart(slack_bot, tmp_path):
     from slack_sdk import WebClient
 
-    from bot.outbox import Outbox
+    from bot.slack.outbox import Outbox
     h = slack_bot()
     h.fake.fail["chat.postMessage"] = (503, {"ok": False, "error": "service_unavailable"})
     h.fake.threads[("C1", "7.1")] = [{"user": "U1", "ts": "7.1", "text": "<@UBOT>\n" + XID}]
@@ -60,8 +60,8 @@ def test_rate_limited_by_slack_backs_off(tmp_path):
 
     from slack_sdk import WebClient
 
-    from bot.outbox import Outbox
-    from bot.store import Store
+    from bot.slack.outbox import Outbox
+    from bot.store.store import Store
     from testkit.fakeslack import FakeSlack
     fake = FakeSlack().start()
     try:
@@ -99,7 +99,7 @@ def test_corrupt_database_is_reported_clearly_at_start(tmp_path):
 def test_online_backup_copies_every_diagnosis(tmp_path, run):
     import sqlite3
 
-    from bot.store import Store
+    from bot.store.store import Store
     store = Store(tmp_path / "live.db")
     for i in range(5):
         store.record(run(XID), source="cli")
@@ -133,7 +133,7 @@ def test_secrets_never_reach_the_store_or_the_logs(slack_bot, caplog):
 
 def test_a_database_with_corrupt_pages_is_refused_at_start(tmp_path, run):
     """The header is intact, so the database opens; quick_check finds the damaged pages and serve refuses."""
-    from bot.store import Store
+    from bot.store.store import Store
     db = tmp_path / "pages.db"
     store = Store(db)
     for _ in range(40):
@@ -200,7 +200,7 @@ def test_idle_and_half_sent_connections_are_closed(slack_bot, monkeypatch):
     import socket
     import time as _time
     from urllib.parse import urlparse
-    monkeypatch.setattr("bot.server.READ_TIMEOUT", 0.5)
+    monkeypatch.setattr("bot.slack.server.READ_TIMEOUT", 0.5)
     h = slack_bot()
     u = urlparse(h.url)
     t0 = _time.monotonic()
@@ -222,8 +222,8 @@ def test_many_silent_connections_hold_a_bounded_number_of_threads(slack_bot, mon
     import threading
     import time as _time
     from urllib.parse import urlparse
-    monkeypatch.setattr("bot.server.READ_TIMEOUT", 1.0)
-    monkeypatch.setattr("bot.server.MAX_CONNECTIONS", 4)
+    monkeypatch.setattr("bot.slack.server.READ_TIMEOUT", 1.0)
+    monkeypatch.setattr("bot.slack.server.MAX_CONNECTIONS", 4)
     h = slack_bot()
     u = urlparse(h.url)
     before = threading.active_count()
@@ -241,7 +241,7 @@ def test_a_full_work_queue_says_busy_with_a_retry_time_instead_of_queueing_forev
     import threading
 
     from bot.service import Triage
-    monkeypatch.setattr("bot.workqueue.MAX_PENDING", 1)
+    monkeypatch.setattr("bot.slack.workqueue.MAX_PENDING", 1)
     gate = threading.Event()
     real = Triage.run
 
@@ -265,7 +265,7 @@ def test_a_full_work_queue_says_busy_with_a_retry_time_instead_of_queueing_forev
 
 def test_a_full_disk_still_answers_and_says_the_diagnosis_was_not_stored(slack_bot, monkeypatch):
     """SQLite's real 'database or disk is full' (the page limit pinned at the current size), not a mock error."""
-    from bot.store import Store
+    from bot.store.store import Store
     real = Store.record
 
     def full(self, *a, **k):
@@ -296,7 +296,7 @@ def _queued_answer(h):
 def test_two_serve_processes_never_both_post_one_outbox_item(slack_bot):
     from datetime import datetime, timedelta, timezone
 
-    from bot.outbox import Outbox
+    from bot.slack.outbox import Outbox
     h = slack_bot()
     client = _queued_answer(h)
     later = datetime.now(timezone.utc) + timedelta(minutes=1)
@@ -318,7 +318,7 @@ def test_two_serve_processes_never_both_post_one_outbox_item(slack_bot):
 def test_a_post_in_flight_at_kill_9_is_not_posted_twice(slack_bot):
     from datetime import datetime, timedelta, timezone
 
-    from bot.outbox import Outbox
+    from bot.slack.outbox import Outbox
     h = slack_bot()
     client = _queued_answer(h)
     later = datetime.now(timezone.utc) + timedelta(minutes=1)
@@ -344,10 +344,10 @@ def test_a_diagnose_whose_lazy_listener_starts_before_its_ack_is_admitted_once(t
 
     from bot.service import Triage
     from bot.settings import Settings
-    from bot.slack_app import create_app
+    from bot.slack.app import create_app
     from knowledge.runbook import load as load_runbook
     from testkit.fakeslack import FakeSlack
-    monkeypatch.setattr("bot.workqueue.MAX_PENDING", 1)
+    monkeypatch.setattr("bot.slack.workqueue.MAX_PENDING", 1)
     fake = FakeSlack().start()
     settings = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_SIGNING_SECRET": "s",
                                   "SLACK_API_BASE_URL": fake.api, "TRIAGE_DB": str(tmp_path / "t.db")})

@@ -6,8 +6,8 @@ import io
 import pytest
 
 from core.ingest import Source, UnusableInput, from_bytes
-from parsers.base import Hit, Reader
-from parsers.scan import Scanner, clean
+from parsers.scan.base import Hit, Reader
+from parsers.scan.scanner import Scanner, clean
 
 WATCHDOG = ("[rank{r}]:[E1104 03:12:44.1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
             "timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
@@ -152,7 +152,7 @@ def test_json_lines_without_a_log_field_are_read_as_they_are(run):
 def test_a_hit_shows_each_reader_its_own_count_of_neighbour_lines():
     """The scanner gathers neighbours for the most demanding reader; a reader asking for fewer sees only its own,
     and a line near the start of the log has fewer before it than asked (never a wrapped-around slice)."""
-    from parsers.base import Hit
+    from parsers.scan.base import Hit
     hit = Hit(9, "x", before=("a", "b", "c"), after=["d", "e", "f", "g"])
     hit.view = (2, 1)
     assert (hit.before, hit.after) == (("b", "c"), ["d"])

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from bot.llm import LLMConfig, Phraser
+from bot.answer.llm import LLMConfig, Phraser
 from conftest import FIXTURES
 from knowledge.runbook import load as load_runbook
 from testkit.fakellm import FakeLLM, faithful

@@ -5,10 +5,12 @@ import random
 
 import pytest
 
-from parsers import loss_bulk, loss_series, step_series
+from parsers import step_series
+from parsers.convergence import bulk as loss_bulk
+from parsers.convergence import series as loss_series
 from parsers.convergence import LossParser
-from parsers.loss_bulk import read_chunk
-from parsers.loss_series import Series, SpikeThresholds
+from parsers.convergence.bulk import read_chunk
+from parsers.convergence.series import Series, SpikeThresholds
 from parsers.step_series import StepSeries
 
 
@@ -135,7 +137,7 @@ def test_hf_points_gathered_by_the_quick_lane_reach_the_curve_before_it_is_read_
     worker process sends the reader back (pickled)."""
     import pickle
 
-    from parsers.base import Context, Hit
+    from parsers.scan.base import Context, Hit
     lines = [f"{{'loss': {2.0 - i * 0.001:.4f}, 'grad_norm': 0.5, 'learning_rate': 2e-05, 'epoch': {i / 100:.2f}}}"
              for i in range(60)] + ["{'loss': 9.5, 'grad_norm': 0.5, 'learning_rate': 2e-05, 'epoch': 0.61}"]
     buf = ("\n".join(lines) + "\n").encode()

@@ -1,6 +1,6 @@
 """Slack control sequences planted in a log, a question or a model's answer never become live on any surface the bot
 posts to: the weekly report's summary, the App Home, a question's phrased answer, a notify header, and anything a
-future surface builds without escaping (bot.mrkdwn's pass over every outgoing call)."""
+future surface builds without escaping (bot.answer.mrkdwn's pass over every outgoing call)."""
 import json
 
 import pytest
@@ -35,7 +35,7 @@ def test_report_summary_escapes_what_it_joins(run, tmp_path):
 
     from bot.report.data import build
     from bot.report.markdown import summary
-    from bot.store import Store
+    from bot.store.store import Store
     store = Store(tmp_path / "r.db")
     for n in (17, 23):
         line = f"RuntimeError: Checkpoint shard {n} lost {PING}\n"
@@ -81,7 +81,7 @@ def test_a_phrased_question_answer_echoing_the_question_is_inert(slack_bot):
 
 
 def test_notify_header_with_a_planted_job_id_is_inert(tmp_path):
-    from bot.notify import Notifier
+    from bot.proactive.notify import Notifier
     from bot.settings import Settings
     from bot.wiring import store as make_store
     from testkit.fakeslack import FakeSlack

@@ -50,7 +50,7 @@ def test_notify_posts_the_diagnosis_with_feedback_buttons_and_later_runs_of_the_
     assert blocks[0]["elements"][0]["text"].startswith("Job 4242 finished with exit code 1: cuda_oom (1 log file(s))")
     assert any(b["type"] == "header" for b in blocks)
     assert any(b["type"] == "actions" for b in blocks)       # the same 👍/👎 as /diagnose
-    from bot.store import Store
+    from bot.store.store import Store
     row = Store(tmp_path / "t.db").get(1)
     assert (row["source"], row["job_key"], row["channel"], row["top_symptom"]) == ("notify", "4242", "C9", "cuda_oom")
     again = triage(fake, tmp_path, "notify", "--channel", "C9", "--job", "4242", "--exit-code", "1", str(OOM))
@@ -77,7 +77,7 @@ def test_only_failures_and_a_clean_exit_post_nothing_but_a_failed_exit_always_po
 
 
 def test_exit_statuses_name_their_signal_and_plain_codes_stay_plain():
-    from bot.notify import exit_text
+    from bot.proactive.notify import exit_text
     assert exit_text(143) == " with exit code 143 (SIGTERM: cancelled, preempted or out of time)"
     assert exit_text(134).endswith("(SIGABRT: aborted, e.g. by the NCCL watchdog)")
     assert exit_text(1) == " with exit code 1" and exit_text(255) == " with exit code 255"
@@ -98,7 +98,7 @@ def test_a_refused_post_is_one_line_and_a_slack_outage_is_queued_not_lost(fake, 
     fake.fail["chat.postMessage"] = (503, {"ok": False, "error": "service_unavailable"})
     down = triage(fake, tmp_path, "notify", "--channel", "C9", str(OOM))
     assert down.returncode == 0 and "waits in the outbox" in down.stdout
-    from bot.store import Store
+    from bot.store.store import Store
     pending = Store(tmp_path / "t.db").db.query("select status from outbox")
     assert [r["status"] for r in pending] == ["pending"]
 
@@ -152,7 +152,7 @@ def test_watch_refuses_a_missing_directory_and_a_bad_duration(fake, tmp_path):
 
 
 def test_watch_groups_jobs_by_folder_and_slurm_id():
-    from bot.watch import duration, jobs_in
+    from bot.proactive.watch import duration, jobs_in
     assert duration("90") == 90 and duration("2m") == 120 and duration("1.5h") == 5400
     jobs = jobs_in(str(FIXTURES / "cuda_oom"))
     assert set(jobs) == {p.stem for p in (FIXTURES / "cuda_oom").glob("*.log")}   # .json files are not logs
@@ -225,7 +225,7 @@ def test_the_epilog_reads_only_the_real_output_fields_of_the_jobs_own_user(fake,
 def test_a_failing_watch_pass_is_said_and_the_next_one_runs(capsys):
     import threading
 
-    from bot.watch import Watcher
+    from bot.proactive.watch import Watcher
     calls, stop = [], threading.Event()
 
     class Flaky(Watcher):

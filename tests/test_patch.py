@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.patch import patch
+from bot.patch.patch import patch
 from conftest import FIXTURES, ROOT
 
 CONF = FIXTURES / "configs"
@@ -47,7 +47,7 @@ def test_megatron_script_changes_the_flag_and_adds_one_in_the_array(run):
     assert _minus_plus(p.diff) == ["-    --micro-batch-size 4 ", "+    --micro-batch-size 2 "]
     assert any("--recompute-activations" in x for x in p.not_applied)   # the next rung, not stacked
     from core.models import Change
-    from bot.patch import _script
+    from bot.patch.patch import _script
     added = _script(text, Change(kind="flag", name="--recompute-activations", to=True))
     assert "    --bf16\n    --recompute-activations\n)" in added
 
@@ -74,7 +74,7 @@ def test_a_missing_key_is_added_and_an_equal_value_left_alone(run):
 def test_sbatch_env_lines(run):
     text = "#!/bin/bash\n#SBATCH --nodes=2\nexport NCCL_DEBUG=WARN\nexport FI_EFA_FORK_SAFE=1\nsrun python train.py\n"
     from core.models import Change
-    from bot.patch import _script
+    from bot.patch.patch import _script
     assert "export NCCL_DEBUG=INFO\n" in _script(text, Change(kind="env", name="NCCL_DEBUG", to="INFO"))
     assert "FI_EFA_FORK_SAFE" not in _script(text, Change(kind="env", name="FI_EFA_FORK_SAFE", to=None))
     added = _script(text, Change(kind="env", name="FI_EFA_USE_HUGE_PAGE", to=0))
@@ -174,7 +174,7 @@ def test_accelerate_yaml_gets_its_own_deepspeed_keys(run):
 
 def test_a_megatron_flag_is_renamed_for_an_hf_script_and_a_docker_option_needs_docker_run(run):
     from core.models import Change
-    from bot.patch_target import reader_of, skip_reason, translate
+    from bot.patch.target import reader_of, skip_reason, translate
     script = (CONF / "run_clm_torchrun.sh").read_text()
     assert reader_of("script", script) == "hf_trainer"
     assert translate(Change(kind="flag", name="--clip-grad", to=0.5), "hf_trainer").name == "--max_grad_norm"
@@ -187,7 +187,7 @@ def test_a_megatron_flag_is_renamed_for_an_hf_script_and_a_docker_option_needs_d
 
 def test_a_file_that_disagrees_with_the_log_is_not_edited_and_zero_is_never_lowered(run):
     from core.models import Change
-    from bot.patch_target import skip_reason
+    from bot.patch.target import skip_reason
     sbatch = (CONF / "sbatch_megatron_efa.sh").read_text()   # --micro-batch-size 2
     why = skip_reason(Change(kind="flag", name="--micro-batch-size", to=4, from_=8), "script", "megatron", sbatch)
     assert why.startswith("this file has 2, the log showed 8")

@@ -191,7 +191,7 @@ def test_cli_moe_json_text_and_bad_input():
 
 
 def test_slack_plan_words_take_moe_flags_and_bad_numbers_get_one_line():
-    from bot.plan_cli import plan_text
+    from bot.answer.plan import plan_text
     text = plan_text("47B 32 h100-80gb --experts 8 --active-params 13B --top 1")
     assert "EP 4" in text and "here 56.4 GiB per GPU" in text
     for words, said in (("47B 32 --experts 8", "--active-params"), ("47B 32 --experts x", "--experts must be a whole"),
@@ -261,7 +261,7 @@ def test_without_sequence_parallelism_part_of_each_layer_stays_whole_per_tp_rank
     assert plain == pytest.approx(sp * (10 + 24 / 8) / (34 / 8), abs=0.1)
     c = P.evaluate(no_sp, 8, 2, 4, 80, 1)
     assert "--sequence-parallel" not in c.megatron_args() and "no sequence parallelism" in " ".join(c.why)
-    from bot.plan_cli import plan_text
+    from bot.answer.plan import plan_text
     assert "--sequence-parallel" not in plan_text("70B 64 h100-80gb --no-sequence-parallel --top 1")
 
 

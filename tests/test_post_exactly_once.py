@@ -19,7 +19,7 @@ def _mention(h, root: str, event_id: str) -> None:
 
 def _drain(h, minutes: int = 1) -> int:
     """What `triage serve`'s outbox worker does a little later (a fresh process on the same database)."""
-    from bot.outbox import Outbox
+    from bot.slack.outbox import Outbox
     from bot.wiring import slack_client
     return Outbox(h.store).drain(slack_client(h.settings), datetime.now(timezone.utc) + timedelta(minutes=minutes))
 
@@ -56,9 +56,9 @@ def test_a_retry_from_the_outbox_whose_reply_is_lost_again_is_not_posted_twice(s
 
 def test_a_channel_post_dropped_after_slack_took_it_is_found_in_the_history(tmp_path):
     """Outside a thread (notify posts to the channel) the look-up reads conversations.history."""
-    from bot.outbox import Outbox
+    from bot.slack.outbox import Outbox
     from bot.settings import Settings
-    from bot.store import Store
+    from bot.store.store import Store
     from bot.wiring import slack_client
     from testkit.fakeslack import FakeSlack
     fake = FakeSlack().start()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import FIXTURES
-from parsers.base import unprefix
+from parsers.scan.base import unprefix
 
 PREFIXES = {
     "quote": lambda i, l: "> " + l,

@@ -62,7 +62,7 @@ BACKENDS = tuple(b for b, mod in (("re", "re"), ("hyperscan", "hyperscan"), ("ah
 def test_the_scanner_backends_agree(books):
     from core.ingest import from_bytes
     from engine import Engine
-    from parsers import scan_backends as scan
+    from parsers.scan import backends as scan
     if len(BACKENDS) < 2:
         pytest.skip("only the pure-Python scanner is installed")
     cases = sorted(FIXTURES.rglob("*.log"))
@@ -81,7 +81,7 @@ def test_the_aho_corasick_backend_groups_lines_as_hyperscan_does():
     """Same candidate lines, ends, first match (the focus of a giant line's window) and literals found."""
     pytest.importorskip("hyperscan")
     pytest.importorskip("ahocorasick")
-    from parsers.scan import make_backend
+    from parsers.scan.scanner import make_backend
     lits = [b"NCCL WARN", b"WARN", b"error", b"rror", b"loss", b"Traceback", b"CUDA out of memory", b"out of"]
     buf = (b"x NCCL WARN ... error\nplain\n" + b"a" * 9000 + b" CUDA out of memory, loss\n{'loss': 1}\n"
            b"WARN at the end")
@@ -116,7 +116,7 @@ def test_both_scanners_agree_on_the_whole_corpus_and_an_hf_arguments_dump(books)
 def test_megatron_bulk_path_matches_line_by_line_reading(engine, monkeypatch, tmp_path):
     from core.ingest import from_bytes
     from parsers.convergence import LossParser
-    from parsers.scan import Scanner
+    from parsers.scan.scanner import Scanner
     gen = json.loads(subprocess.run([*GEN, "megatron", str(tmp_path / "m.log"), "--mb", "3"], capture_output=True,
                                     check=True).stdout)
     text = (tmp_path / "m.log").read_text().splitlines()
@@ -147,7 +147,7 @@ def test_nccl_communicator_lines_read_chunk_wide_match_line_by_line(monkeypatch,
     world size grown in a later communicator, gives the same ranks, hosts and size as reading line by line."""
     import parsers.collectors.context as context
     from parsers.collectors.context import ContextCollector
-    from parsers.scan import Scanner
+    from parsers.scan.scanner import Scanner
     monkeypatch.setattr(context, "RANK_HOSTS", cap)
 
     def comm(host, rank, world):
@@ -194,7 +194,7 @@ def test_bulk_reading_starts_after_a_long_nccl_set_up(tmp_path):
     """Issue 16: a multi-node job's log opens with megabytes of NCCL set-up; the loss reader still switches to
     chunk-wide reading once a chunk is mostly iterations, alongside a reader already reading chunk-wide."""
     from parsers.convergence import LossParser
-    from parsers.scan import Scanner
+    from parsers.scan.scanner import Scanner
     setup = b"h1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA\n" * 20000
     iters = b"".join(b" iteration %8d/ 1000 | elapsed time per iteration (ms): 3000.0 | lm loss: 2.500000E+00 | "
                      b"grad norm: 0.250 | number of nan iterations:   0 |\n" % i for i in range(1, 20001))
@@ -210,7 +210,7 @@ def test_a_first_chunk_that_opens_with_set_up_is_judged_whole(iterations, chunk_
     """The first MiB of a 512-rank log can be all NCCL set-up while its first chunk is mostly iterations: the chunk
     is judged whole and read chunk-wide from its first line (a chunk with too few iterations is not)."""
     from parsers.convergence import LossParser
-    from parsers.scan import Scanner
+    from parsers.scan.scanner import Scanner
     setup = b"h1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA\n" * 14000
     iters = b"".join(b" iteration %8d/ 99999 | elapsed time per iteration (ms): 3000.0 | lm loss: 2.500000E+00 | "
                      b"grad norm: 0.250 | number of nan iterations:   0 |\n" % i for i in range(1, iterations + 1))
@@ -225,9 +225,9 @@ def test_a_first_chunk_that_opens_with_set_up_is_judged_whole(iterations, chunk_
 def test_the_chunk_wide_loss_curve_has_one_point_per_step_when_several_ranks_print_it():
     """The last pipeline stage's ranks may all print the same step: the one bulk curve takes it once, so a spike is
     one spike and its evidence is the steps before it, not copies of one step (issue 16's mixed log)."""
-    from parsers.base import Context
+    from parsers.scan.base import Context
     from parsers.convergence import LossParser
-    from parsers.scan import Scanner
+    from parsers.scan.scanner import Scanner
     lines = []
     for it in range(1, 3001):
         loss = 7.9 if it == 1500 else 2.5 - it * 1e-5
@@ -246,7 +246,7 @@ def test_the_chunk_wide_loss_curve_has_one_point_per_step_when_several_ranks_pri
 def test_a_reader_that_fails_chunk_wide_is_not_judged_again(tmp_path):
     """The per-chunk bulk judging must step over a reader that was switched off after raising."""
     from parsers.convergence import LossParser
-    from parsers.scan import Scanner
+    from parsers.scan.scanner import Scanner
 
     class Broken(LossParser):
         def feed_bulk(self, no, m):
@@ -264,8 +264,8 @@ def test_megatron_throughput_read_chunk_wide_matches_line_by_line(engine, monkey
     """Megatron's `throughput per GPU (TFLOP/s/GPU)` is read chunk-wide once a chunk shows it (issue 16): the same
     readings, median, evidence and finding as line by line, also when a line is woken for another reason ("mfu")."""
     from core.ingest import from_bytes
-    from parsers.scan import Scanner
-    from parsers.slow_util import UtilParser
+    from parsers.scan.scanner import Scanner
+    from parsers.slow.util import UtilParser
     subprocess.run([*GEN, "mixed", str(tmp_path / "m.log"), "--mb", "3"], capture_output=True, check=True)
     low = (FIXTURES / "low_gpu_util" / "megatron_h100_low_tflops.log").read_text()
     lines = low.splitlines()
@@ -286,7 +286,7 @@ def test_an_iteration_line_does_not_wake_the_nvlink_reader_but_nvidia_smi_does()
     """Every rank's iteration line says "throughput per GPU": the NVLink reader is woken by "GPU <digit>"
     (nvidia-smi's `GPU 0: NVIDIA H100 ...`), not by "GPU " (issue 16: 64k wasted feeds per 24 MiB mixed log)."""
     from parsers.gpu import NvlinkParser
-    from parsers.scan import Scanner
+    from parsers.scan.scanner import Scanner
 
     class Counting(NvlinkParser):
         def feed(self, hit):
@@ -322,7 +322,7 @@ def test_scanners_share_the_compiled_hyperscan_database_but_not_its_scratch(book
     from concurrent.futures import ThreadPoolExecutor
     from core.ingest import from_bytes
     from engine import Engine
-    from parsers.scan import make_backend
+    from parsers.scan.scanner import make_backend
     a, b = make_backend([b"NCCL WARN", b"Xid"], "hyperscan"), make_backend([b"NCCL WARN", b"Xid"], "hyperscan")
     assert a.db is b.db and a.scratch is not b.scratch
     assert make_backend([b"NCCL WARN"], "hyperscan").db is not a.db
@@ -339,7 +339,7 @@ def test_a_new_process_loads_the_compiled_hyperscan_database_from_the_cache(tmp_
     """A fresh process (the CLI on a paste, a Slurm epilog) loads the database instead of compiling it again; a
     damaged file is compiled again and replaced; an unwritable cache still scans."""
     hyperscan = pytest.importorskip("hyperscan")
-    from parsers import scan_backends as scan
+    from parsers.scan import backends as scan
     lits, buf = [b"NCCL WARN", b"Xid", b"CUDA out of memory"], b"a\nNVRM: Xid 79\nb NCCL WARN c\n"
     expect = list(scan._HyperscanBackend(lits).lines(buf))
     monkeypatch.setattr(scan, "_HS_DATABASES", {})
@@ -363,9 +363,9 @@ def test_a_spike_right_where_chunk_wide_reading_starts_is_judged_on_the_history_
     """A multi-rank log read line by line at first (NCCL set-up opens it) switches to chunk-wide reading later; the
     one chunk-wide curve goes on from the curve read so far, so a spike on the first step it reads is still one
     (the 20 MiB mixed benchmark log had its spike there and reported none)."""
-    from parsers.base import Context
+    from parsers.scan.base import Context
     from parsers.convergence import LossParser
-    from parsers.scan import Scanner
+    from parsers.scan.scanner import Scanner
 
     def steps(first, last, spike_at=None):
         return b"".join(b"[rank%d]: iteration %8d/ 9000 | elapsed time per iteration (ms): 3000.0 | lm loss: %.6E | "

@@ -2,7 +2,7 @@
 global one (torchrun's [defaultN] is the local rank)."""
 import pytest
 
-from parsers.base import rank_of, strip_prefixes
+from parsers.scan.base import rank_of, strip_prefixes
 
 ARGS = ("------------------------ arguments ------------------------\n"
         "  micro_batch_size ................................ 4\n"

@@ -23,7 +23,7 @@ NVL = "NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 0x00000000 0x00000000 0x0
     ([_xid("0000:00:0a", 43, APP), _xid("0000:00:0a", 94, ECC)], ["PCI:0000:00:0a"], ["PCI:0000:00:0a"], []),
 ])
 def test_an_xid_names_the_gpus_its_action_concerns(run, lines, acting, named, unnamed):
-    from bot.titles_ko import title
+    from bot.answer.titles_ko import title
     f = run("\n".join(lines) + "\n").findings[0]
     assert f.symptom == "gpu_xid" and f.facts["action_pci"] == acting
     for text in (f.title, title(f)):   # English and Korean
@@ -58,7 +58,7 @@ def test_a_plugin_newer_than_the_libfabric_it_loads_is_a_version_mismatch(run, m
 def test_a_fact_with_nothing_in_it_is_left_out_of_the_text_but_kept_in_the_json(run):
     """A watchdog timeout where every rank in the log reports (NCCL RAS said all was well): no lagging rank is known.
     The text used to print "lagging_ranks= |"; the JSON contract still carries the empty list."""
-    from bot.render import diagnosis_text
+    from bot.answer.render import diagnosis_text
     line = ("[rank{r}]:[E1128 03:12:44.417002913 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
             "operation timeout: WorkNCCL(SeqNum=1184410, OpType=ALLREDUCE, NumelIn=4326080, NumelOut=4326080, "
             "Timeout(ms)=1800000) ran for 1800052 milliseconds before timing out.")

@@ -43,7 +43,7 @@ def test_near_misses_stay_quiet(run, edit):
 
 
 def test_the_korean_title_names_the_instance(run):
-    from bot.titles_ko import title
+    from bot.answer.titles_ko import title
     assert "p5" in title(run(P5).findings[0]) and "GPUDirect RDMA" in title(run(P5).findings[0])
 
 

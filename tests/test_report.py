@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from bot import report
-from bot.schedule import Cron, Scheduler
-from bot.store import Store
+from bot.proactive.schedule import Cron, Scheduler
+from bot.store.store import Store
 from conftest import FIXTURES, ROOT
 
 NOW = datetime(2026, 11, 30, 0, 0, tzinfo=timezone.utc)
@@ -235,8 +235,8 @@ def test_tracebacks_source_lines_and_torchrun_summaries_are_not_unknown_errors(r
 
 
 def test_feedback_exports_as_corpus_cases_that_eval_reads(seeded, tmp_path, engine):
-    from bot.corpus_export import feedback_cases
-    from bot.evaluate import evaluate
+    from bot.cli.corpus import feedback_cases
+    from bot.cli.evaluate import evaluate
     store, ids = seeded
     cases = list(feedback_cases(store))
     assert [(c["id"], c["label"]) for c in cases] == [(f"feedback-{ids['fork']}", "nccl_error")]

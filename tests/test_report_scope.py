@@ -40,7 +40,7 @@ def test_the_cli_report_still_covers_every_channel(run, tmp_path):
     from datetime import datetime, timedelta, timezone
 
     from bot.report.data import build
-    from bot.store import Store
+    from bot.store.store import Store
     store = Store(tmp_path / "r.db")
     store.record(run(OOM), OOM.encode(), channel="CPRIVATE")
     store.record(run(HANG), HANG.encode(), channel="C1")

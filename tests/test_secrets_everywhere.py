@@ -90,8 +90,8 @@ def test_a_secret_cut_by_the_evidence_limit_leaves_no_prefix(run):
 
 
 def test_no_secret_reaches_text_json_or_the_store(run, tmp_path):
-    from bot.render import diagnosis_text
-    from bot.store import Store
+    from bot.answer.render import diagnosis_text
+    from bot.store.store import Store
     d = run(_log())
     assert d.findings and d.findings[0].symptom == "cuda_oom" and d.unclaimed
     text, doc = diagnosis_text(d), json.dumps(d.to_json_dict())
@@ -104,8 +104,8 @@ def test_no_secret_reaches_text_json_or_the_store(run, tmp_path):
 
 
 def test_no_secret_reaches_the_llm(run, tmp_path):
-    from bot.llm import LLMConfig, Phraser
-    from bot.store import Store
+    from bot.answer.llm import LLMConfig, Phraser
+    from bot.store.store import Store
     from knowledge.runbook import load as load_runbook
     from testkit.fakellm import FakeLLM
     srv = FakeLLM("echo")

@@ -102,8 +102,8 @@ def test_socket_mode_end_to_end_over_a_local_websocket(tmp_path, engine):
 
     from bot.service import Triage
     from bot.settings import Settings
-    from bot.slack_app import create_app
-    from bot.store import Store
+    from bot.slack.app import create_app
+    from bot.store.store import Store
     from testkit.fakeslack import FakeSlack
     from testkit.fakesocket import FakeSocketMode
     from knowledge.runbook import load as load_runbook

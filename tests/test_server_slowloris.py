@@ -46,7 +46,7 @@ def _closed_after(sock, limit: float) -> float | None:
 
 @pytest.mark.parametrize("part", ["headers", "body"])
 def test_a_trickled_request_is_cut_at_its_deadline_whatever_each_byte_does(slack_bot, monkeypatch, part):
-    monkeypatch.setattr("bot.server.READ_TIMEOUT", 1.0)
+    monkeypatch.setattr("bot.slack.server.READ_TIMEOUT", 1.0)
     h = slack_bot()
     head = b"POST /slack/events HTTP/1.1\r\nHost: x\r\n"
     if part == "headers":
@@ -63,8 +63,8 @@ def test_a_trickled_request_is_cut_at_its_deadline_whatever_each_byte_does(slack
 
 
 def test_half_sent_requests_cannot_fill_the_cap_so_slack_is_refused(slack_bot, monkeypatch):
-    monkeypatch.setattr("bot.server.READ_TIMEOUT", 60.0)   # they would hold their places for a minute
-    monkeypatch.setattr("bot.server.MAX_CONNECTIONS", 4)
+    monkeypatch.setattr("bot.slack.server.READ_TIMEOUT", 60.0)   # they would hold their places for a minute
+    monkeypatch.setattr("bot.slack.server.MAX_CONNECTIONS", 4)
     h = slack_bot()
     loris = []
     for _ in range(12):                      # three times the cap, each a request that never finishes

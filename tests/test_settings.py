@@ -28,7 +28,7 @@ def test_defaults_follow_xdg_directories(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("var,value", [
-    ("TRIAGE_MAX_BYTES", "0"), ("TRIAGE_MAX_BYTES", "4GB"), ("TRIAGE_MAX_FILE_BYTES", "-1"),
+    ("TRIAGE_MAX_BYTES", "0"), ("TRIAGE_MAX_BYTES", "4XB"), ("TRIAGE_MAX_FILE_BYTES", "-1"),
     ("TRIAGE_LLM_TIMEOUT", "601"), ("TRIAGE_LLM_TIMEOUT", "soon"), ("TRIAGE_RATE_LIMIT", "20 per minute"),
     ("TRIAGE_REPORT_CRON", "0 9 * *"), ("TRIAGE_TZ", "Mars/Olympus"), ("TRIAGE_RUNBOOK_URL", "wiki/runbook"),
     ("SLACK_APP_TOKEN", "xoxb-not-an-app-token"), ("TRIAGE_LLM", "openai"), ("TRIAGE_SCAN_BACKEND", "hyperscn"),

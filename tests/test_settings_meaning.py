@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from bot.schedule import Cron, CronError
+from bot.proactive.schedule import Cron, CronError
 
 
 def test_a_cron_that_fires_only_in_leap_years_is_valid_and_scheduled():
@@ -56,7 +56,7 @@ def test_a_team_pattern_with_a_repeat_inside_a_repeat_is_refused_at_load(tmp_pat
 def test_a_team_rule_that_blows_its_budget_is_switched_off_with_a_note(monkeypatch):
     """Bounded per log, not per line: a rule that times out stops reading this log, and the answer says so."""
     from parsers import team
-    from parsers.base import Context, Hit
+    from parsers.scan.base import Context, Hit
     monkeypatch.setattr(team, "RX_TIMEOUT", 0.05)
     rule = {"id": "slow.rule", "symptom": "nccl_error", "pattern": r"fsx-err (a|aa)+$", "literal": "fsx-err",
             "title": "t", "confidence": 0.5, "severity": None}

@@ -32,7 +32,7 @@ def test_a_config_attached_in_the_thread_gets_the_fix_as_a_diff_of_it(slack_bot)
 
 def test_tell_us_the_cause_opens_a_modal_whose_answer_becomes_a_corpus_case(slack_bot):
     """Issue 18: the 👎 modal — the right symptom (required) and the cause in words — is stored and exported."""
-    from bot.corpus_export import feedback_cases
+    from bot.cli.corpus import feedback_cases
     h = slack_bot()
     h.slash(OOM)
     h.fake.wait(lambda: h.fake.responses)

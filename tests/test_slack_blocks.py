@@ -1,5 +1,5 @@
 """Block Kit builders are pure and stay inside Slack's limits however large the diagnosis."""
-from bot.slack_blocks import MAX_BLOCKS, MAX_SECTION, diagnosis_blocks, home_view
+from bot.slack.blocks import MAX_BLOCKS, MAX_SECTION, diagnosis_blocks, home_view
 from core.models import Change, Diagnosis, Evidence, Finding, InputInfo, Step
 
 

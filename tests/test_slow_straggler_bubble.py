@@ -55,7 +55,7 @@ def test_nvrx_individual_drop_is_named_as_such(run):
 
 
 def test_korean_title_names_the_ranks(run):
-    from bot.titles_ko import title
+    from bot.answer.titles_ko import title
     f = run(CASES["w8-nvrx-relative-two-ranks-one-node"]).findings[0]
     assert title(f).startswith("느린 rank가 작업 전체를 늦춤: rank 20, 21")
 
@@ -184,7 +184,7 @@ def test_sniff_test_names_a_rank_below_the_median_with_its_host(run):
     assert (f.rule, f.facts["slow_ranks"], f.facts["lagging_hosts"], f.facts["below_median_pct"]) == \
         ("straggler.sniff_test", [13], ["node-2"], 12.5)
     assert "GEMM throughput" in f.title and [s.id for s in f.steps][0] == "straggler.drain_and_test"
-    from bot.titles_ko import title
+    from bot.answer.titles_ko import title
     assert title(f) == "느린 rank가 작업 전체를 늦춤: rank 13 (GPU sniff test에서 중앙값보다 12.5% 낮음)"
 
 

@@ -14,7 +14,7 @@ from conftest import FIXTURES, ROOT
 import core.ingest as ingest
 import engine.split as split
 from core.ingest import from_bytes
-from parsers.base import Collector
+from parsers.scan.base import Collector
 
 pytestmark = pytest.mark.skipif(not split.available(), reason="needs fork and /proc/self/fd")
 GEN = [sys.executable, str(ROOT / "testkit" / "gen_logs.py")]
@@ -169,7 +169,7 @@ def test_cli_splits_one_input_and_prints_one_answer(tmp_path, monkeypatch, capsy
     """In-process, so the split is certain (every split taken) and seen: the same stdout as one process, once; for a
     file, a .gz (the worker carries on the parent's decompressor) and per-node files read --together."""
     import gzip
-    from bot.cli import main
+    from bot.cli.entry import main
     log = tmp_path / "nccl.log"
     subprocess.run([*GEN, "nccl", str(log), "--mb", "8"], capture_output=True, check=True)
     args = [str(log)]
@@ -197,7 +197,7 @@ def test_cli_splits_one_input_and_prints_one_answer(tmp_path, monkeypatch, capsy
 def test_a_pipe_is_never_split(engine, small_chunks, monkeypatch, tmp_path):
     """A worker cannot read a pipe on its own (its bytes would go to whichever process reads first): stdin, or
     any input that is not a regular file, is read by one process, whatever --jobs says."""
-    from bot.parallel import split_jobs
+    from bot.cli.parallel import split_jobs
     from core.ingest import Source
     assert split_jobs(4, [("-", "stdin")]) == 1 and split_jobs(4, [(str(tmp_path), "dir")]) == 1
     (tmp_path / "a.log").write_bytes(b"x\n")
@@ -217,8 +217,8 @@ def test_a_pipe_is_never_split(engine, small_chunks, monkeypatch, tmp_path):
 def test_a_reader_sees_the_same_neighbour_lines_whatever_its_share():
     """A line's context is gathered for the largest `before`/`after` of all the readers it concerns, and each reader
     sees its own count of it: the same lines alone, beside a wider reader, or with the wider one fed elsewhere."""
-    from parsers.base import Reader
-    from parsers.scan import Scanner
+    from parsers.scan.base import Reader
+    from parsers.scan.scanner import Scanner
 
     class Wide(Reader):
         name, triggers, before, after = "wide", ("XYZ",), 2, 3
@@ -250,8 +250,8 @@ def test_a_reader_sees_the_same_neighbour_lines_whatever_its_share():
 def test_a_share_feeds_only_its_readers_after_lines_it_has_cached():
     """The scanner remembers which readers a combination of literals concerns; restricting it to a share forgets
     that, so a line read again after the fork goes to the share's readers only (the others are fed elsewhere)."""
-    from parsers.base import Reader
-    from parsers.scan import Scanner
+    from parsers.scan.base import Reader
+    from parsers.scan.scanner import Scanner
 
     class Rec(Reader):
         def __init__(self, name, trigger):

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from bot.render import diagnosis_text
-from bot.slack_blocks import diagnosis_blocks
+from bot.answer.render import diagnosis_text
+from bot.slack.blocks import diagnosis_blocks
 
 
 def megatron(n=120, slow_from=None, spike_at=None, noise=15.0, filler=0, seed=3, tflops=None, gpu=None):
@@ -107,7 +107,7 @@ def test_hf_trainer_dicts_read_without_regexes_give_the_same_diagnosis(engine, m
 def test_throughput_of_a_healthy_run_is_a_fact_and_mfu_needs_a_known_gpu(run):
     """Issue 15: TFLOP/s per GPU from Megatron's --log-throughput, with MFU against the GPU's peak when the log
     names the GPU; a healthy run (no low_gpu_util) still carries them for the weekly report."""
-    from bot.render import step_time_line
+    from bot.answer.render import step_time_line
     d = run(megatron(tflops=420.0, gpu="H100 80GB HBM3"))
     assert d.findings == []
     st = d.step_time
@@ -160,7 +160,7 @@ def test_a_huge_run_s_step_summary_is_the_one_python_floats_give(monkeypatch, ex
 def test_the_one_match_reading_of_an_hf_dict_agrees_with_the_field_by_field_one(monkeypatch):
     """The usual four keys are read with one compiled match (issue 16); anything else falls through to the field
     reading, and both give the same answer: 4.x bare numbers, 5.x quoted ones, exponents, NaN/Inf, extra keys."""
-    import parsers.loss_lines as ls
+    import parsers.convergence.lines as ls
     lines = ["{'loss': 2.5015, 'grad_norm': 0.7553, 'learning_rate': 2.0000e-05, 'epoch': 0.01}",
              "{'loss': '6.813', 'grad_norm': '0.6016', 'learning_rate': '0.0003', 'epoch': '0.03125'}\n",
              "{'loss': 3, 'grad_norm': 1e-05, 'learning_rate': 1.9e-05, 'epoch': 2.}  ",

@@ -16,7 +16,7 @@ WANDB = ("subprocess.CalledProcessError: Command '\"wandb login --api-key 012345
 
 
 def test_a_secret_beside_a_quote_is_masked_and_the_row_stays_valid_json(run, tmp_path):
-    from bot.store import Store
+    from bot.store.store import Store
     d = run(WANDB + OOM)
     assert any("wandb login" in e.text for f in d.findings for e in f.evidence) or \
         any("wandb login" in u["example"] for u in d.unclaimed)
@@ -39,8 +39,8 @@ def _damage(db_path, did: int) -> None:
 
 def test_a_damaged_row_is_skipped_with_a_note_by_report_vote_and_export(run, tmp_path):
     from bot import report
-    from bot.corpus_export import feedback_cases
-    from bot.store import Store
+    from bot.cli.corpus import feedback_cases
+    from bot.store.store import Store
     store = Store(tmp_path / "s.db")
     good = store.record(run(OOM), OOM.encode(), job_key="job-a")
     bad = store.record(run(OOM), OOM.encode(), job_key="job-a")
@@ -58,7 +58,7 @@ def test_a_damaged_row_is_skipped_with_a_note_by_report_vote_and_export(run, tmp
 
 
 def test_report_and_corpus_export_commands_survive_a_damaged_row(run, tmp_path):
-    from bot.store import Store
+    from bot.store.store import Store
     db = tmp_path / "c.db"
     store = Store(db)
     did = store.record(run(OOM), OOM.encode())

@@ -95,7 +95,7 @@ def test_rules_new_writes_a_rule_from_an_unrecognised_error_that_then_finds_it(t
     log = tmp_path / "job.log"
     log.write_text("step 1 ok\nRuntimeError: shard 3 failed to load from /fsx/ckpt/a.bin after 2 tries\n")
     assert triage(tmp_path, "diagnose", "--record", str(log)).returncode == 0
-    from bot.store import Store
+    from bot.store.store import Store
     uid = next(Store(tmp_path / "t.db").db.query("select rowid from unclaimed"))["rowid"]
     missing = triage(tmp_path, "rules", "new", "--from-unclaimed", "999")
     assert missing.returncode == 2 and "no unrecognised error 999" in missing.stderr
@@ -122,7 +122,7 @@ def test_the_scanner_literal_is_the_longest_fixed_run():
 
 
 def test_a_team_symptom_can_be_picked_on_a_thumbs_down():
-    from bot.slack_blocks import symptom_choices
+    from bot.slack.blocks import symptom_choices
     from core import symptoms
     symptoms.register(symptoms.Symptom("team_probe_x", symptoms.TEAM, "error", 20, "Probe", "Probe", ("count",)))
     try:

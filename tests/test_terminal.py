@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from bot.terminal import colour, for_terminal, use_color, wrap
+from bot.answer.terminal import colour, for_terminal, use_color, wrap
 from conftest import ROOT
 
 TEXT = ("ROOT CAUSE  [critical] cuda_oom: CUDA out of memory on GPU 3\n"
@@ -52,7 +52,7 @@ def test_cli_version_and_color_flag():
 
 
 def test_korean_wraps_by_display_width():
-    from bot.terminal import columns
+    from bot.answer.terminal import columns
     ko = "    1. [ML] " + "활성화를 저장하지 말고 역전파에서 다시 계산하세요 " * 4 + "\n"
     out = wrap(ko, 60).splitlines()
     assert len(out) > 2 and all(columns(ln) <= 60 for ln in out)

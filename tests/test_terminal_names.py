@@ -69,7 +69,7 @@ def test_notify_notes_name_files_inertly(tmp_path):
 
 
 def test_the_wrapper_keeps_newlines_tabs_and_a_leading_carriage_return():
-    from bot.terminal import SafeStderr
+    from bot.answer.terminal import SafeStderr
     out = io.StringIO()
     SafeStderr(out).write("\r  a\tb\n")
     SafeStderr(out).write(f"x{CSI}\ry\n")

@@ -6,7 +6,7 @@ import random
 from conftest import FIXTURES, ROOT
 from core.redact import mask_secrets
 from core.templates import template
-from parsers.base import Context, Hit
+from parsers.scan.base import Context, Hit
 from parsers.collectors.unclaimed import _BENIGN, _ERRORISH, UnclaimedCollector
 
 

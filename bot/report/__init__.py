@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bot.report import charts, markdown
 from bot.report.data import ReportData, build
-from bot.store import Store
+from bot.store.store import Store
 
 
 @dataclass

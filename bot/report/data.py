@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bot.report.fleet import fleet_view
-from bot.store import Store, load_doc
+from bot.store.store import Store, load_doc
 from core import facts as F
 from core import instances as I
 from core import job as J
@@ -257,7 +257,7 @@ def _unclaimed(r: ReportData, store: Store, ids: list[int]) -> None:
         f"group_concat(distinct diagnosis_id) as ids from unclaimed where diagnosis_id in ({_in(ids)}) "
         f"group by template order by diagnoses desc, lines desc limit 30"))
     if rows:
-        from bot.wiring import builtin_engine, recognised
+        from bot.service import builtin_engine, recognised
         engine = builtin_engine()
         rows = [u for u in rows if recognised(engine, str(u["example"])) is None]
     r.unclaimed = rows[:15]

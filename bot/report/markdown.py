@@ -165,7 +165,7 @@ def _notes(r: ReportData) -> list[str]:
 
 def summary(r: ReportData) -> str:
     """The short Slack message that goes with the files (mrkdwn: what came from a log is escaped)."""
-    from bot.slack_blocks import esc
+    from bot.slack.blocks import esc
     top = esc(", ".join(f"{s} {n}" for s, n in r.by_symptom.most_common(3)) or "none")
     scope = " in this channel" if r.channels is not None else ""
     lines = [f":bar_chart: *Weekly tuning report* — {r.total} diagnoses{scope} ({_delta(r.total, r.previous_total)} vs the "

@@ -10,7 +10,7 @@ from operator import itemgetter
 from typing import Any
 
 from core import job as J
-from parsers.base import Collector, Context, Hit, findall, host_of, rx, search
+from parsers.scan.base import Collector, Context, Hit, findall, host_of, rx, search
 
 # (component, literals one of which must be on the line, pattern)
 _VERSION_RULES: tuple[tuple[str, tuple[str, ...], Any], ...] = (

@@ -4,7 +4,7 @@ are given only there). Finds no symptom."""
 from __future__ import annotations
 
 from core import frameworks as F
-from parsers.base import Collector, Context, Hit
+from parsers.scan.base import Collector, Context, Hit
 
 _BY_LITERAL = {lit: fw for fw, lits in F.SIGNATURES.items() for lit in lits}
 _RUNTIME = dict(F.CONTAINER_SIGNS)

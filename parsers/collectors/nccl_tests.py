@@ -5,7 +5,7 @@ what the instance type should reach."""
 from __future__ import annotations
 
 from core import instances as I
-from parsers.base import Collector, Context, Hit, rx, search
+from parsers.scan.base import Collector, Context, Hit, rx, search
 
 _TYPES = ("float", "half", "bfloat16", "double", "int8", "uint8", "int32", "uint32", "int64", "uint64", "fp8_e4m3")
 NCCL_TESTS_ROW = _ROW = rx(r"^\s*(\d+)\s+(\d+)\s+(" + "|".join(_TYPES) + r")\s+(\S+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)")

@@ -3,7 +3,7 @@
 `elapsed time per iteration (ms)` is read by the loss parser, which already reads those lines. Finds no symptom."""
 from __future__ import annotations
 
-from parsers.base import Collector, Context, Hit, rx, search
+from parsers.scan.base import Collector, Context, Hit, rx, search
 from parsers.step_series import StepSeries
 
 # the key, an optional unit inside it (step_time_ms, "in s"), the number, an optional unit after it

@@ -8,7 +8,7 @@ import re
 
 from core.redact import mask_secrets
 from core.templates import template
-from parsers.base import Collector, Context, Hit
+from parsers.scan.base import Collector, Context, Hit
 
 MAX_TEMPLATES = 300
 MAX_SHAPES = 50_000

@@ -1,0 +1,132 @@
+"""How Slack work is taken on: admitted or refused (rate limit, allowed channels, a full queue), written down in the
+journal before it starts and struck off when it ends (bot.store.journal), run on the bot's own pool, and resumed after a
+crash by the next `triage serve`."""
+from __future__ import annotations
+
+import functools
+import logging
+
+from slack_sdk import WebClient
+
+from bot.slack import post_once
+from bot.slack import blocks as kit
+from bot.answer.mrkdwn import outgoing, runbook_links
+
+log = logging.getLogger("triage.slack")
+NOT_HERE = "Train Triage is not enabled in this channel. Ask an admin to add it to TRIAGE_ALLOWED_CHANNELS."
+
+
+def request_of(kind: str, kwargs: dict) -> dict:
+    """What a job needs to run again in another process: the event, shortcut body or command (never a client)."""
+    if kind == "on_mention":
+        return {"event": kwargs.get("event"), "bot_user_id": (kwargs.get("context") or {}).get("bot_user_id")}
+    if kind == "run_shortcut":
+        return {"body": kwargs.get("body")}
+    return {"command": kwargs.get("command")}
+
+
+class WorkHandlers:
+    """Mixed into SlackBot (bot.slack.app), which provides settings, work, journal, limiter, client and the
+    listeners themselves."""
+
+    def offload(self, fn):
+        """Run a heavy listener on the bot's own pool; Bolt's threads stay free to ack within Slack's 3 s."""
+        @functools.wraps(fn)
+        def submit(**kwargs):
+            command = kwargs.get("command")
+            if command is not None and self.admit(command):   # a /diagnose: its ack said why it is not run
+                return
+            run, entry = self._job(fn, kwargs)
+            if command is not None:
+                self.work.submit(run, reserved=True)
+            elif not self.work.submit(run):
+                if entry and self.journal:
+                    self.journal.done(entry[0])
+                self._busy(**kwargs)
+        return submit
+
+    def _job(self, fn, kwargs: dict, resumed: tuple[int, str] | None = None):
+        """The job as the pool runs it (journaled: struck off when it ends, however it ends), and its journal entry."""
+        entry = resumed or (self.journal.begin(fn.__name__, request_of(fn.__name__, kwargs)) if self.journal else None)
+
+        def run():
+            try:
+                with post_once.job(entry[1] if entry else "", resumed=resumed is not None):
+                    fn(**kwargs)
+            except Exception as e:
+                log.error("%s failed: %s", fn.__name__, type(e).__name__)
+            finally:
+                if entry and self.journal:
+                    self.journal.done(entry[0])
+        return run, entry
+
+    def resume(self) -> int:
+        """Run again the jobs a dead process left unfinished (at start-up); how many were taken."""
+        if self.journal is None:
+            return 0
+        from slack_bolt.context.respond import Respond
+        out = functools.partial(outgoing, client=self.client, links=runbook_links(self.settings.runbook_url))
+        taken = 0
+        for row in self.journal.orphans():
+            req, kind = row["request"], row["kind"]
+            if kind == "on_mention" and req.get("event"):
+                fn, kwargs = self.on_mention, {"event": req["event"], "client": self.client,
+                                               "context": {"bot_user_id": req.get("bot_user_id")}}
+            elif kind == "run_shortcut" and req.get("body"):
+                fn, kwargs = self.run_shortcut, {"body": req["body"], "client": self.client}
+            elif kind == "run_diagnose" and (req.get("command") or {}).get("response_url"):
+                cmd = req["command"]
+                fn, kwargs = self.run_diagnose, {"command": cmd, "client": self.client,
+                                                 "respond": Respond(response_url=cmd["response_url"])}
+            else:
+                self.journal.done(row["id"])
+                continue
+            admitted = not self.admit(kwargs["command"]) if "command" in kwargs else self.work.reserve()
+            if not admitted:
+                self.journal.done(row["id"])
+                continue
+            run, _ = self._job(out(fn), kwargs, (row["id"], row["key"]))
+            self.work.submit(run, reserved=True)
+            taken += 1
+        if taken:
+            log.warning("resumed %d job(s) a stopped process left unfinished", taken)
+        return taken
+
+    def admit(self, command: dict) -> str:
+        """'' when this /diagnose runs (its place in the work queue is then reserved), else what to answer instead.
+        Decided once per command, whichever of its ack and its lazy listener asks first."""
+        key = command.get("trigger_id") or command.get("response_url") or ""
+        with self._admit_lock:
+            if key in self._admission:
+                return self._admission[key]
+            text = (command.get("text") or "").strip()
+            user = command.get("user_id", "")
+            if not self.allowed(command.get("channel_id")):
+                decision = NOT_HERE
+            elif kit.is_help(text):
+                decision = kit.USAGE
+            elif not self.limiter.allow(user):
+                decision = self.limiter.message(user)
+            elif not self.work.reserve():
+                decision = self.work.message()
+            else:
+                decision = ""
+            self._admission[key] = decision
+            while len(self._admission) > 1000:
+                self._admission.popitem(last=False)
+            return decision
+
+    def _busy(self, client: WebClient, event: dict | None = None, body: dict | None = None, respond=None,
+              command: dict | None = None, **_) -> None:
+        """The queue is full: say so where the answer would have gone (a /diagnose is told at its ack instead)."""
+        try:
+            if respond is not None:
+                respond(text=self.work.message(), response_type="ephemeral")
+            elif event is not None:
+                client.chat_postMessage(channel=event["channel"], thread_ts=event.get("thread_ts") or event["ts"],
+                                        text=self.work.message())
+            elif body is not None and body.get("type") == "message_action":
+                client.chat_postEphemeral(channel=body.get("channel", {}).get("id", ""),
+                                          user=body.get("user", {}).get("id", ""), text=self.work.message())
+        except Exception as e:
+            log.warning("could not say the bot is busy: %s", type(e).__name__)

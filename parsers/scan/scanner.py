@@ -1,0 +1,303 @@
+"""One pass over newline-aligned byte chunks: find candidate lines with one multi-literal search, clean them,
+attach the context the claiming parsers asked for, and feed them to those parsers in line order."""
+from __future__ import annotations
+
+import logging
+import re
+from collections import deque
+from pathlib import Path
+from time import perf_counter
+from typing import Sequence
+
+from parsers.scan.base import Hit, Reader, unprefix
+from parsers.scan.backends import BACKENDS, make_backend
+
+__all__ = ["BACKENDS", "MAX_TEXT", "Scanner", "clean", "make_backend"]
+
+log = logging.getLogger("triage.scan")
+
+MAX_TEXT = 8192
+BULK_LOOKS = 16   # chunks (8 MiB each) judged for chunk-wide reading before line by line is settled for good
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]")
+
+
+def clean(raw: bytes, focus: int = 0) -> str:
+    """Decode one line, drop ANSI colour codes, keep what a terminal shows after carriage-return redraws."""
+    if len(raw) > MAX_TEXT:
+        start = max(0, min(focus - MAX_TEXT // 2, len(raw) - MAX_TEXT))
+        raw = raw[start:start + MAX_TEXT]
+    if b"\r" in raw and b"\x1b" not in raw:   # a tqdm line: decode only the last segment that shows something
+        end = len(raw)
+        while end >= 0:
+            start = raw.rfind(b"\r", 0, end) + 1
+            seg = raw[start:end].decode("utf-8", errors="replace")
+            if seg.strip():
+                return seg
+            end = start - 1
+        return ""
+    text = raw.decode("utf-8", errors="replace")
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = parts[-1] if parts else ""
+    return text
+
+
+def clean_line(raw: bytes, keep_label: bool = False) -> str:
+    """A context line as readers see it: cleaned, and without the noise prefixes a transport put in front (and
+    without the launcher labels, unless `keep_label`)."""
+    _, label, text = unprefix(clean(raw))
+    return label + text if keep_label else text
+
+
+class _Owners(dict):
+    """literal -> the parsers it concerns. A matched literal also stands for every shorter trigger inside it
+    (scanner matches do not overlap); that closure is worked out the first time a literal matches, since most
+    of the few hundred literals never do in a given log."""
+
+    def __init__(self, direct: dict[bytes, set[int]]):
+        super().__init__()
+        self.direct = direct
+
+    def __missing__(self, lit: bytes) -> tuple[int, ...]:
+        who = self[lit] = tuple(sorted(set().union(*(ix for t, ix in self.direct.items() if t in lit))))
+        return who
+
+
+class _Off:
+    """Stands in for a reader that raised: it reads nothing more (the others go on)."""
+    before = after = 0
+    bulk = None   # never judged for chunk-wide reading again
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def feed(self, hit: Hit) -> None:
+        pass
+
+
+class Scanner:
+    def __init__(self, parsers: Sequence[Reader], backend: str = "auto", cache: Path | None = None):
+        self.parsers = list(parsers)
+        self.cache = cache                 # where Hyperscan's compiled database is kept between processes
+        self.failed: dict[str, str] = {}   # reader name -> the exception it raised (a bug: it is switched off)
+        self.backend_name = backend
+        self.bulk: list[int] = []          # parsers reading their dominant line format chunk-wide
+        self._looks = 0                    # chunks judged for bulk reading so far
+        self._bulk_capable = sum(p.bulk is not None for p in self.parsers)
+        self.active: frozenset[int] | None = None   # the readers this process feeds (engine.split); None: all
+        self.cost: list[float] | None = None       # seconds each reader took, while measured (engine.split)
+        self._index(set())
+        self.max_before = max((p.before for p in parsers), default=0)
+        self.lines = 0
+        self._tail: deque[bytes] = deque(maxlen=max(self.max_before, 1))
+        self._pending: list[tuple[Hit, tuple[int, ...], int]] = []
+
+    def _index(self, bulk: set[int]) -> None:
+        owners: dict[bytes, set[int]] = {}
+        for i, p in enumerate(self.parsers):
+            for t in (p.bulk_triggers if i in bulk else p.triggers):
+                owners.setdefault(t.encode(), set()).add(i)
+        # Every reader's triggers are searched for, fed or not, so that the candidate lines (and a long line's
+        # window, which centres on its first trigger) are the same in every process that reads part of the readers.
+        self.backend = make_backend(list(owners), self.backend_name, self.cache)
+        self._all_owners = owners
+        self._own()
+
+    def _own(self) -> None:
+        """Which readers each trigger feeds here: all of them, or those of this process's share."""
+        owners = self._all_owners
+        self.owners = _Owners(owners if self.active is None else {t: ix & self.active for t, ix in owners.items()})
+        self._who: dict[tuple[bytes, ...], tuple[int, ...]] = {}   # the literals found on a line -> its readers
+        self._span: dict[tuple[int, ...], tuple[int, int]] = {}    # readers -> the context lines they ask for
+
+    def restrict(self, active: frozenset[int]) -> None:
+        """Feed only these readers from now on (the others are read in another process); stop measuring. The
+        triggers searched for stay the same, so the matcher is kept."""
+        self.active, self.cost = active, None
+        self._own()
+        self._pending = [(hit, tuple(i for i in who if i in active), need) for hit, who, need in self._pending]
+
+    def _decide_bulk(self, buf: bytes) -> None:
+        """A parser whose bulk pattern covers most lines (a plain Megatron training log) reads those lines with one
+        C-level pass per chunk instead of line by line. Judged on the first MiB, else on the whole chunk, then on
+        each whole chunk until it holds, for the first BULK_LOOKS chunks: a job's log often opens with megabytes of
+        NCCL set-up (the first MiB of a 512-rank log can hold no iteration line, its first chunk 16,000), and a
+        multi-node one keeps interleaving set-up blocks with its iterations."""
+        self._looks += 1
+        head = buf[: 1 << 20] if self._looks == 1 and len(buf) > 1 << 20 else None
+        chosen = {i for i, p in enumerate(self.parsers) if i not in self.bulk and p.bulk is not None
+                  and ((head is not None and p.bulk_wanted(head)) or p.bulk_wanted(buf))}
+        if chosen:
+            self.bulk = sorted(chosen.union(self.bulk))
+            self._index(set(self.bulk))
+
+    def _feed_bulk(self, buf: bytes, start_no: int) -> None:
+        count, cost = buf.count, self.cost
+        for i in self.bulk:
+            if self.active is not None and i not in self.active:
+                continue
+            parser, no, at = self.parsers[i], start_no, 0
+            began = perf_counter() if cost is not None else 0.0
+            try:
+                if parser.feed_chunk is not None:   # the reader takes the whole chunk at once
+                    parser.feed_chunk(buf, start_no)
+                else:
+                    feed = parser.feed_bulk
+                    for m in parser.bulk.finditer(buf):
+                        start = m.start()
+                        no += count(b"\n", at, start)
+                        at = start
+                        feed(no + 1, m)
+            except Exception as e:   # one reader's bug must not cost the whole diagnosis
+                self._fail(i, e)
+            if cost is not None:
+                cost[i] += perf_counter() - began
+        self.bulk = [i for i in self.bulk if not isinstance(self.parsers[i], _Off)]
+
+    def _claimants(self, found: list[bytes]) -> tuple[int, ...]:
+        if len(found) == 1:
+            return self.owners[found[0]]
+        key = tuple(found)   # (a log repeats its few combinations of literals on thousands of lines)
+        who = self._who.get(key)
+        if who is None:
+            who = self._who[key] = tuple(sorted(set().union(*(self.owners[f] for f in set(found)))))
+        return who
+
+    def _context(self, who: tuple[int, ...]) -> tuple[int, int]:
+        """How many lines before and after the line its most demanding reader asks for (each sees its own count)."""
+        span = self._span.get(who)
+        if span is None:
+            span = self._span[who] = (max(self.parsers[i].before for i in who), max(self.parsers[i].after for i in who))
+        return span
+
+    def _dispatch(self, hit: Hit, who: tuple[int, ...]) -> None:
+        cost = self.cost
+        for i in who:
+            began = perf_counter() if cost is not None else 0.0
+            reader = self.parsers[i]
+            hit.view = (reader.before, reader.after)
+            try:
+                reader.feed(hit)
+            except Exception as e:   # one reader's bug must not cost the whole diagnosis
+                self._fail(i, e)
+            if cost is not None:
+                cost[i] += perf_counter() - began
+
+    def _quick(self, i: int, buf: bytes, ls: int, le: int, no: int) -> bool:
+        """A line one reader alone wants, offered to that reader's `quick` (a common line read straight from the
+        chunk, without a Hit, its cleaning or its neighbour lines); False: dispatch it as usual. Not while an earlier
+        line waits for the next chunk, so that each reader still sees its lines in order."""
+        quick = getattr(self.parsers[i], "quick", None)   # (a reader switched off has none)
+        if quick is None:
+            return False
+        began = perf_counter() if self.cost is not None else 0.0
+        try:
+            done = quick(buf, ls, le, no)
+        except Exception as e:   # one reader's bug must not cost the whole diagnosis
+            self._fail(i, e)
+            done = True
+        if self.cost is not None:
+            self.cost[i] += perf_counter() - began
+        return done
+
+    def _fail(self, i: int, e: Exception) -> None:
+        name = self.parsers[i].name
+        self.failed[name] = f"{type(e).__name__}: {e}"[:200]
+        log.warning("reader %s failed and is switched off for this input: %s", name, self.failed[name])
+        self.parsers[i] = _Off(name)
+        self._span.clear()
+
+    def feed(self, buf: bytes) -> None:
+        start_no = self.lines
+        if self._looks < BULK_LOOKS and len(self.bulk) < self._bulk_capable:
+            self._decide_bulk(buf)
+        if self._pending:
+            self._fill_pending(buf)
+        if self.bulk:
+            self._feed_bulk(buf, start_no)
+        counted_at, no, n = 0, start_no, len(buf)
+        for ls, le, first, found in self.backend.lines(buf):
+            no += buf.count(b"\n", counted_at, ls)
+            counted_at = ls
+            who = self._claimants(found)
+            if not who:   # only readers another process feeds
+                continue
+            if len(who) == 1 and not self._pending and self._quick(who[0], buf, ls, le, no + 1):
+                continue
+            raw = clean(buf[ls:le], first - ls)
+            cut, label, text = unprefix(raw)
+            hit = Hit(no + 1, text, clean=clean_line, cut=cut, label=label, raw=raw)
+            nb, na = self._context(who)
+            if nb:
+                hit._before = self._before(buf, ls, nb)
+            need = na
+            p = le + 1
+            while need and p < n:
+                q = buf.find(b"\n", p)
+                q = n if q < 0 else q
+                hit._after.append(buf[p:q][:MAX_TEXT])
+                need -= 1
+                p = q + 1
+            if need:   # the file or chunk ended first: readers that have what they need get the hit now, in order
+                ready = tuple(i for i in who if self.parsers[i].after <= na - need)
+                if ready:
+                    self._dispatch(hit, ready)
+                self._pending.append((hit, tuple(i for i in who if i not in ready), need))
+            else:
+                self._dispatch(hit, who)
+        self.lines = no + buf.count(b"\n", counted_at)   # (the rest of the chunk: one pass over it in all)
+        if self.max_before:
+            self._remember_tail(buf)
+
+    def skip_lines(self, n: int) -> None:
+        """Lines that were not read (the middle of an oversize file): keep the numbering right."""
+        self.close()
+        self.lines += n
+        self._tail.clear()
+
+    def _before(self, buf: bytes, ls: int, k: int) -> tuple[bytes, ...]:
+        out: list[bytes] = []
+        end = ls - 1
+        while len(out) < k and end >= 0:
+            s = buf.rfind(b"\n", 0, end) + 1
+            out.append(buf[s:end][:MAX_TEXT])
+            end = s - 1
+        if len(out) < k and self._tail:
+            out.extend(reversed(list(self._tail)[-(k - len(out)):]))
+        return tuple(reversed(out))
+
+    def _remember_tail(self, buf: bytes) -> None:
+        k = self._tail.maxlen or 1
+        end = len(buf) - 1 if buf.endswith(b"\n") else len(buf)
+        lines: list[bytes] = []
+        while len(lines) < k and end >= 0:
+            s = buf.rfind(b"\n", 0, end) + 1
+            lines.append(buf[s:end][:MAX_TEXT])
+            end = s - 1
+        self._tail.extend(reversed(lines))
+
+    def _fill_pending(self, buf: bytes) -> None:
+        want = max(need for _, _, need in self._pending)
+        lines: list[bytes] = []
+        p = 0
+        while len(lines) < want and p < len(buf):
+            q = buf.find(b"\n", p)
+            q = len(buf) if q < 0 else q
+            lines.append(buf[p:q][:MAX_TEXT])
+            p = q + 1
+        still = []
+        for hit, who, need in self._pending:
+            hit._after.extend(lines[:need])
+            if len(lines) >= need:
+                self._dispatch(hit, who)
+            else:
+                still.append((hit, who, need - len(lines)))
+        self._pending = still
+
+    def close(self) -> None:
+        for hit, who, _ in self._pending:
+            self._dispatch(hit, who)
+        self._pending = []
+
