@@ -237,3 +237,21 @@ def test_a_failing_watch_pass_is_said_and_the_next_one_runs(capsys):
             return []
     Flaky("/tmp", notifier=type("N", (), {"channel": "C9"})()).run(stop, 0.01)
     assert len(calls) == 2 and "watch pass failed (OSError: mount gone); retrying" in capsys.readouterr().err
+
+
+def test_watch_never_reads_through_a_symbolic_link_out_of_its_directory(tmp_path):
+    """Issue 31 item 14, watch part: a job folder holding a link to another user's file (or to /proc, a device) is
+    not read; a link that stays inside the watched directory is; --follow-symlinks is the operator's opt-in."""
+    from bot.proactive.watch import jobs_in
+    root, outside = tmp_path / "jobs", tmp_path / "elsewhere"
+    (root / "job-a").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.log").write_text("someone else's log\n")
+    (root / "job-a" / "rank0.log").symlink_to(outside / "secret.log")
+    (root / "job-b").mkdir()
+    (root / "job-b" / "rank0.log").write_text("ok\n")
+    (root / "job-b" / "rank1.log").symlink_to(root / "job-b" / "rank0.log")
+    (root / "slurm-77.out").symlink_to(outside / "secret.log")
+    jobs = jobs_in(str(root))
+    assert set(jobs) == {"job-b"} and len(jobs["job-b"]) == 2
+    assert set(jobs_in(str(root), follow_links=True)) == {"job-a", "job-b", "slurm:77"}

@@ -23,7 +23,7 @@ def cmd_watch(args, settings) -> int:
         print(f"triage: {why}", file=sys.stderr)
         return 2
     watcher = Watcher(args.dir, Notifier(settings, store(settings, write=True), args.channel, args.lang),
-                      settle, max_age)
+                      settle, max_age, args.follow_symlinks)
     stop = threading.Event()
     if args.once:
         stop.set()
@@ -40,4 +40,6 @@ def add_parser(sub) -> None:
     w.add_argument("--max-age", default="24h", help="ignore jobs whose logs last changed longer ago (default 24h)")
     w.add_argument("--once", action="store_true", help="one pass, then exit (for a cron job or Kubernetes CronJob)")
     w.add_argument("--lang", choices=("en", "ko"), default="en")
+    w.add_argument("--follow-symlinks", action="store_true",
+                   help="also read log files behind symbolic links that lead out of DIR (off: never)")
     w.set_defaults(func=cmd_watch)

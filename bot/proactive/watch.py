@@ -30,8 +30,9 @@ def duration(text: str) -> float:
     return float(m.group(1)) * UNITS[m.group(2) or "s"]
 
 
-def jobs_in(root: str) -> dict[str, list[tuple[str, str]]]:
-    """job key → (path, name shown) of its log files."""
+def jobs_in(root: str, follow_links: bool = False) -> dict[str, list[tuple[str, str]]]:
+    """job key → (path, name shown) of its log files. A file reached through a symbolic link that leaves `root`
+    (another user's file, /proc, a device) is never read unless `follow_links` says the operator wants that."""
     jobs: dict[str, list[tuple[str, str]]] = {}
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
@@ -40,8 +41,14 @@ def jobs_in(root: str) -> dict[str, list[tuple[str, str]]]:
         return jobs
     kinds = (("dir" if e.is_dir(follow_symlinks=False) else "file" if e.is_file() else "other", e.name, e.path)
              for e in entries)
+    inside = os.path.join(os.path.realpath(root), "")
     for job, files in group_jobs(kinds, folder_files):
-        jobs.setdefault(job, []).extend(files)
+        kept = files if follow_links else [f for f in files if os.path.realpath(f[0]).startswith(inside)]
+        if len(kept) < len(files):
+            log.warning("job %s: %d file(s) behind a symbolic link out of %s not read (--follow-symlinks reads them)",
+                        job, len(files) - len(kept), root)
+        if kept:
+            jobs.setdefault(job, []).extend(kept)
     return jobs
 
 
@@ -93,6 +100,7 @@ class Watcher:
     notifier: object          # bot.proactive.notify.Notifier
     settle: float = 60.0
     max_age: float = 86400.0
+    follow_links: bool = False   # read files behind symbolic links that leave `root` (the operator's choice)
 
     def _key(self, job: str) -> str:
         return f"{os.path.abspath(self.root)}::{job}"
@@ -111,7 +119,7 @@ class Watcher:
         """One pass: diagnose every job that settled since it was last seen; post the ones with a finding."""
         at = time.time() if at is None else at
         done = []
-        for job, paths in jobs_in(self.root).items():
+        for job, paths in jobs_in(self.root, self.follow_links).items():
             seen = signature(paths)
             if seen is None or not (self.settle <= at - seen[1] <= self.max_age):
                 continue   # still growing, or older than --max-age (not this watcher's to announce)
