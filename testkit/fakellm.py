@@ -79,6 +79,11 @@ class FakeLLM:
                 fake.requests.append(req)
                 if fake.mode == "error":
                     return self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}})
+                if fake.mode == "json-object-only" and (req.get("response_format") or {}).get("type") == "json_schema":
+                    # llama-cpp-python's server: OpenAI's json_schema form is a validation error (its message)
+                    return self._send(500, {"error": {"message": "1 validation error: {'type': 'literal_error', 'loc': "
+                                                      "('body', 'response_format', 'type'), 'msg': \"Input should be "
+                                                      "'text' or 'json_object'\"}", "type": "internal_server_error"}})
                 if fake.mode == "slow" or fake.delay:
                     time.sleep(fake.delay or 5)
                 if fake.mode == "garbage":
@@ -108,7 +113,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=8400)
     ap.add_argument("--mode", default="echo",
-                    choices=["echo", "bad-env", "bad-cite", "bad-value", "drop-step", "error", "slow", "garbage"])
+                    choices=["echo", "bad-env", "bad-cite", "bad-value", "drop-step", "error", "slow", "garbage",
+                             "json-object-only"])
     a = ap.parse_args(argv)
     fake = FakeLLM(a.mode, a.port)
     print(f"fake OpenAI-compatible API at {fake.url} (mode {a.mode})", file=sys.stderr)

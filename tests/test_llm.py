@@ -154,6 +154,22 @@ def test_every_call_is_bounded_and_asks_for_the_answers_schema(run, llm_server):
     assert set(schema["properties"]["citations"]["items"]["enum"]) == cites
 
 
+def test_a_server_that_takes_only_json_object_gets_the_schema_in_that_form_once_asked(run, llm_server):
+    """llama-cpp-python's server refuses OpenAI's json_schema form at once: the same answer's deadline carries one more
+    request with {"type": "json_object", "schema": …}, and that server gets this form from then on."""
+    srv = llm_server("json-object-only")
+    d = run((FIXTURES / "gpu_xid" / "xid79.log").read_bytes())
+    phr = _phraser(srv.url)
+    assert phr.phrase(d, "en").reason == "accepted"
+    kinds = [r["response_format"]["type"] for r in srv.requests]
+    assert kinds == ["json_schema", "json_object"]
+    assert srv.requests[1]["response_format"]["schema"]["properties"]["steps"]["minItems"] == len(d.findings[0].steps)
+    assert phr.phrase(d, "ko").reason == "accepted" and len(srv.requests) == 3   # no refused request any more
+    # a server that fails for another reason gets no second request
+    err = llm_server("error")
+    assert _phraser(err.url).phrase(d, "en").reason.startswith("error") and len(err.requests) == 1
+
+
 def test_the_prompt_is_sized_for_a_small_model_and_repeats_the_rules_in_the_user_turn(run, llm_server):
     srv = llm_server("echo")
     d = run((FIXTURES / "nccl_timeout" / "lagging_rank.log").read_bytes())

@@ -91,8 +91,6 @@ def build_model(cfg: LLMConfig):
                       api_key=(cfg.api_key.get_secret_value() if cfg.api_key else ("not-needed" if cfg.base_url else None)))
         if cfg.base_url:
             kwargs["base_url"] = cfg.base_url
-            # a diagnosis's own, tighter schema goes with each call (Phraser.phrase); this is the fallback
-            kwargs["model_kwargs"] = {"response_format": response_format(ANSWER_SCHEMA)}
             kwargs["extra_body"] = {"max_tokens": cfg.max_tokens}   # the name llama.cpp and older servers read
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
     elif provider == "anthropic":
@@ -208,6 +206,7 @@ class Phraser:
         self.runbook = runbook
         self.store = store
         self._model = model
+        self._format = "json_schema"   # the response_format form this server takes (see _constrained)
 
     @property
     def model(self):
@@ -235,8 +234,8 @@ class Phraser:
         t0 = time.monotonic()
         raw, reason, answer, usage = "", "accepted", None, {}
         try:
-            reply = self.model.invoke([("system", system), ("human", user)],
-                                      **self._constrained(answer_schema(allowed.step_ids, allowed.cites)))
+            reply = self._invoke([("system", system), ("human", user)], answer_schema(allowed.step_ids, allowed.cites),
+                                 t0)
             raw = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
             usage = getattr(reply, "usage_metadata", None) or {}
             answer = PhrasedAnswer.model_validate(_json_object(raw))
@@ -258,8 +257,27 @@ class Phraser:
                         ms, tokens)
 
     def _constrained(self, schema: dict[str, Any]) -> dict[str, Any]:
-        """The call's schema where the server enforces one (OpenAI-compatible: llama.cpp, vLLM, OpenAI)."""
-        return {"response_format": response_format(schema)} if PROVIDERS[self.cfg.provider] == "openai" else {}
+        """The call's schema where the server enforces one: OpenAI's `json_schema` (OpenAI, vLLM, llama.cpp's
+        llama-server), or the `json_object` + `schema` form that llama-cpp-python's server takes instead."""
+        if PROVIDERS[self.cfg.provider] != "openai":
+            return {}
+        if self._format == "json_object":
+            return {"response_format": {"type": "json_object", "schema": schema}}
+        return {"response_format": response_format(schema)}
+
+    def _invoke(self, messages: list, schema: dict[str, Any], t0: float):
+        """One call, and one more only when the server refused the schema's form at once (llama-cpp-python's server
+        rejects `json_schema`): within the same deadline, never after a timeout, one request in flight."""
+        try:
+            return self.model.invoke(messages, **self._constrained(schema))
+        except Exception as e:
+            left = self.cfg.timeout - (time.monotonic() - t0)
+            if self._format != "json_schema" or "response_format" not in str(e) or left < 1.0 \
+                    or PROVIDERS[self.cfg.provider] != "openai":
+                raise
+            log.info("llm %s: the server refused response_format json_schema; using json_object + schema", self.cfg.label)
+            self._format = "json_object"   # remembered for this server
+            return self.model.invoke(messages, timeout=left, **self._constrained(schema))
 
     @staticmethod
     def _unmask(a: PhrasedAnswer, masker: Masker) -> PhrasedAnswer:
