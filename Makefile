@@ -12,8 +12,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q bot core engine parsers playbooks knowledge >/dev/null
 	touch $(STAMP)
 
+# Every single-file example on its own, then the multi-node job's per-node logs (the archive of them) as one job.
 demo: $(STAMP)
-	@for f in examples/*.log examples/*.gz; do [ -e "$$f" ] && $(BIN)/triage diagnose "$$f"; done; true
+	@for f in examples/*.log examples/*.gz; do \
+	  case "$$f" in *.tar.gz) continue;; esac; [ -e "$$f" ] || continue; $(BIN)/triage diagnose "$$f" || exit 1; done
+	$(BIN)/triage diagnose --together examples/job-7781-logs.tar.gz
 
 test: $(STAMP)
 	$(BIN)/pytest -n auto --dist loadgroup
