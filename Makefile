@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench eval corpus-table runbook clean
+.PHONY: demo test docs bench eval corpus-table runbook clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,7 +32,11 @@ eval: $(STAMP)
 	else echo "(../shared/corpus/dev.jsonl not found: the shared development corpus is not checked out beside this clone; only the project's own corpus was scored)"; fi
 
 corpus-table: $(STAMP)
-	$(BIN)/python -c "from bot.evaluate import sync_readme; print('README updated' if sync_readme() else 'README up to date')"
+	$(BIN)/python -c "from bot.evaluate import sync_readme; print('docs/corpus.md updated' if sync_readme() else 'docs/corpus.md up to date')"
+
+# The generated parts of README.md and docs/ (docs/symptoms.md, example answers, tables); tests/test_docs.py checks them.
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py
 
 runbook: $(STAMP)
 	$(BIN)/python -c "from knowledge.runbook import sync_generated; print('updated' if sync_generated() else 'up to date')"
