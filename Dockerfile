@@ -16,7 +16,11 @@ COPY engine engine
 COPY parsers parsers
 COPY playbooks playbooks
 COPY knowledge knowledge
-RUN pip install --no-cache-dir --no-deps . && rm -rf /root/.cache
+# The project as `make` installs it (Makefile, $(STAMP)): editable, then its bytecode compiled ahead, since the
+# unprivileged user cannot write __pycache__ here and every `triage` start would otherwise compile from source.
+RUN pip install --no-cache-dir --no-deps -e . \
+ && python -m compileall -q bot core engine parsers playbooks knowledge >/dev/null \
+ && rm -rf /root/.cache
 USER triage
 VOLUME ["/data"]
 EXPOSE 3000

@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench eval corpus-table runbook llm-check clean
+.PHONY: demo test docs bench eval corpus-table runbook llm-check clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -12,8 +12,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q bot core engine parsers playbooks knowledge >/dev/null
 	touch $(STAMP)
 
+# Every single-file example on its own, then the multi-node job's per-node logs (the archive of them) as one job.
 demo: $(STAMP)
-	@for f in examples/*.log examples/*.gz; do [ -e "$$f" ] && $(BIN)/triage diagnose "$$f"; done; true
+	@for f in examples/*.log examples/*.gz; do \
+	  case "$$f" in *.tar.gz) continue;; esac; [ -e "$$f" ] || continue; $(BIN)/triage diagnose "$$f" || exit 1; done
+	$(BIN)/triage diagnose --together examples/job-7781-logs.tar.gz
 
 test: $(STAMP)
 	$(BIN)/pytest -n auto --dist loadgroup
@@ -35,7 +38,11 @@ eval: $(STAMP)
 	else echo "(../shared/corpus/dev.jsonl not found: the shared development corpus is not checked out beside this clone; only the project's own corpus was scored)"; fi
 
 corpus-table: $(STAMP)
-	$(BIN)/python -c "from bot.cli.evaluate import sync_readme; print('README updated' if sync_readme() else 'README up to date')"
+	$(BIN)/python -c "from bot.cli.evaluate import sync_readme; print('docs/corpus.md updated' if sync_readme() else 'docs/corpus.md up to date')"
+
+# The generated parts of README.md and docs/ (docs/symptoms.md, example answers, tables); tests/test_docs.py checks them.
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py
 
 runbook: $(STAMP)
 	$(BIN)/python -c "from knowledge.runbook import sync_generated; print('updated' if sync_generated() else 'up to date')"

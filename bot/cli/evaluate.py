@@ -101,8 +101,9 @@ def project_corpus(root) -> list:
     return sorted(Path(root, "tests", "corpus").glob("*.jsonl"))
 
 
-def sync_readme(root=None) -> bool:
-    """Rewrite the README's corpus table from a fresh `triage eval` of the gated corpus; True when it changed."""
+def sync_readme(root=None, page="docs/corpus.md") -> bool:
+    """Rewrite the corpus table of `page` (docs/corpus.md) from a fresh `triage eval` of the gated corpus; True when
+    it changed."""
     from pathlib import Path
 
     from core.generated import replace_marked
@@ -112,7 +113,7 @@ def sync_readme(root=None) -> bool:
     engine, sc = Engine(load()), Score()
     for path in project_corpus(root):
         evaluate(path.read_text(encoding="utf-8").splitlines(), engine, sc)
-    return replace_marked(root / "README.md", TABLE_BEGIN, TABLE_END,
+    return replace_marked(root / page, TABLE_BEGIN, TABLE_END,
                           TABLE_BEGIN + "\n" + markdown_table(sc) + TABLE_END)
 
 

@@ -10,7 +10,7 @@ name says what the phase is — fetching input (`enumerate(DataLoader)…`, `get
 - a table of times only (Lightning's SimpleProfiler without `extended`: action, mean, total): the data row's total
   over the sum of the rows' totals, where the data row is the largest phase.
 
-Tables the dedicated readers own are left to them: a profiler table under its header (slow.py) and a Lightning
+Tables the dedicated readers own are left to them: a profiler table under its header (parsers.slow) and a Lightning
 report with its percentages or its `run_training_epoch` total (timers.py)."""
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ _FETCH_FUNCS = ("dataloader.py", "fetch.py", "(__getitem__)", "(__next__)", "(_n
 class CProfileParser(Parser):
     """A whole run under cProfile (`python -m cProfile -s cumtime train.py`, torch's old bottleneck tool): the batch
     fetch's cumulative time (DataLoader.__next__, the fetcher, the Dataset's __getitem__) against the run's total.
-    The per-action blocks of Lightning's advanced profiler ("Profile stats for: …") are its reader's (slow_timers)."""
+    The per-action blocks of Lightning's advanced profiler ("Profile stats for: …") are its reader's (parsers.slow.timers)."""
     name = "slow_input_cprofile"
     triggers = ("function calls", "dataloader.py", "fetch.py", "(__getitem__)")
     before = 2
