@@ -212,6 +212,16 @@ def main(argv=None) -> int:
     target(f"the same log over the size cap (TRIAGE_MAX_BYTES = {a.mixed_mb // 2} MiB: head and tail read), peak RSS",
            f"{rss} MiB ({tri:.2f} s, truncated: {json.loads(out)['input']['truncated']})", "<= 200 MiB", rss <= 200)
 
+    log = work / f"mixed-pg-{a.mixed_mb}mb.log"   # issue 33's second layout: set-up all through the run
+    info = gen("mixed-pg", log, a.mixed_mb)
+    tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
+    base = errors_and_loss(literals, f"'{log}'", MEGATRON_LOSS)
+    target(f"mixed 512-rank log {a.mixed_mb} MiB, second layout (new process groups' NCCL set-up all through the run, "
+           "every rank's iterations), triage / (grep -F 25 literals + grep -oE loss)", f"{tri / base:.2f}x ({tri:.2f} s "
+           f"vs {base:.2f} s), RSS {rss} MiB, found: {check_found(json.loads(out), info)}", "<= 1.0x, <= 200 MiB",
+           tri <= base and rss <= 200 and check_found(json.loads(out), info))
+    log.unlink()
+
     log = work / f"mixed-{a.train_mb}mb.log"   # a smaller mixed log for the backends, gzip and --together
     info = gen("mixed", log, a.train_mb)
     _backends_and_hf(work, log, a.train_mb, literals, backend, target)

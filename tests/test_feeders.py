@@ -91,3 +91,20 @@ def test_native_line_selection_matches_substring_tests():
         want = [i for i, t in enumerate(lines) if any(p in t for p in plain) or
                 any(any(x in t for x in trig) and not any(s in t for s in sel) for trig, sel in owned)]
         assert scan_polars.wanted(df, plain, owned) == want, name
+
+
+def test_both_feeders_give_the_same_diagnosis_json_on_every_fixture_corpus_case_and_generated_log(books, tmp_path):
+    """The whole answer, not only the rows: every fixture and corpus case, and generated logs over several chunks,
+    diagnosed with the Python feeder and with the native one."""
+    from core.ingest import from_bytes
+    from engine import Engine
+    engines = [Engine(books, feeder=f) for f in ("python", "polars")]
+    cases = texts()
+    for kind in ("mixed", "nccl"):
+        path = tmp_path / f"{kind}.log"
+        subprocess.run([sys.executable, str(ROOT / "testkit" / "gen_logs.py"), kind, str(path), "--mb", "12"],
+                       check=True, capture_output=True)
+        cases.append((kind, path.read_bytes()))
+    for name, buf in cases:
+        a, b = (e.diagnose(from_bytes(buf, name)).to_json_dict() for e in engines)
+        assert a == b, name
