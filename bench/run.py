@@ -196,6 +196,18 @@ def _mixed(a, work: Path, literals: Path, target) -> None:
            f"{rss} MiB ({tri:.2f} s, truncated: {json.loads(out)['input']['truncated']})", "<= 200 MiB", rss <= 200)
 
 
+def _mixed_pg(a, work: Path, literals: Path, target) -> None:
+    """Issue 33's second layout: new process groups' NCCL set-up all through the run, every rank's iterations."""
+    log = work / f"mixed-pg-{a.mixed_mb}mb.log"
+    info = gen("mixed-pg", log, a.mixed_mb)
+    tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
+    base = errors_and_loss(literals, f"'{log}'", MEGATRON_LOSS)
+    target(f"mixed 512-rank log {a.mixed_mb} MiB, second layout (new process groups' NCCL set-up all through the run, "
+           "every rank's iterations), triage / (grep -F 25 literals + grep -oE loss)", f"{tri / base:.2f}x ({tri:.2f} s "
+           f"vs {base:.2f} s), RSS {rss} MiB, found: {check_found(json.loads(out), info)}", "<= 1.0x, <= 200 MiB",
+           tri <= base and rss <= 200 and check_found(json.loads(out), info))
+    log.unlink()
+
 def _startup(work: Path, target, notes: list[str]) -> None:
     """The CLI on a 50-line paste against a bare interpreter importing the same libraries, warm and cold."""
     paste = b"".join((ROOT / "tests" / "fixtures" / "cuda_oom" / "new_format_fragmented.log").read_bytes()
@@ -259,6 +271,7 @@ def main(argv=None) -> int:
     _nccl(a, work, literals, target)
     _megatron(a, work, target)
     _mixed(a, work, literals, target)
+    _mixed_pg(a, work, literals, target)
     log = work / f"mixed-{a.train_mb}mb.log"   # a smaller mixed log for the backends, gzip and --together
     info = gen("mixed", log, a.train_mb)
     _backends_and_hf(work, log, a.train_mb, literals, backend, target)

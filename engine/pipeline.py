@@ -64,6 +64,7 @@ class Engine:
     options: tuple[Any, ...] = ()
     backend: str = "auto"
     cache: Path | None = None   # a directory the scanner may keep its compiled matcher in
+    feeder: str = "auto"        # line families: "python", "polars" (native), or by chunk size (parsers/scan.py)
 
     @property
     def rules(self) -> tuple[dict[str, Any], ...]:
@@ -84,7 +85,7 @@ class Engine:
         answer, sooner on a big log)."""
         readers = self._readers()
         parsers = [r for r in readers if isinstance(r, Parser)]
-        scanner = Scanner(readers, self.backend, self.cache)
+        scanner = Scanner(readers, self.backend, self.cache, self.feeder)
         chunks = source.chunks()
         workers: list[split.Worker] = []
         try:

@@ -10,7 +10,6 @@ instance has EFA); a single-node run with no RDMA in sight legitimately uses soc
 fork_enomem: os.fork() fails with ENOMEM when DataLoader workers start (huge pages pinned by EFA)."""
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from core import versions as V
@@ -183,7 +182,6 @@ class TransportParser(Parser):
                 "valid provider", "output empty list", "No provider", "OFI NCCL failure", "find a provider", "find any provider",
                 "eligible providers", "protocol that worked", "e rdma protocol", "e sendrecv protocol", "nNodes",
                 "No plugin found", "Could not find: ", "provider not detected")
-    bulk_triggers = triggers   # (read line by line in bulk mode too: only the channel lines go chunk-wide)
 
     def __init__(self) -> None:
         self.sock_ev = EvidenceBox()
@@ -206,12 +204,11 @@ class TransportParser(Parser):
         self.efa = False   # aws-ofi-nccl picked libfabric's efa provider
         self.gdr = gdr.GdrWatch()   # the plugin's channel lines, chunk-wide: GPUDirect RDMA or not
 
-    # The channel lines are read chunk-wide (counted, never line by line); every other line as before.
-    bulk = re.compile(rb" via NET/(?:AWS )?Libfabric/")
-    bulk_wanted = staticmethod(gdr.wanted)
+    # The plugin's channel lines are rows (counted, never read line by line); every other line as before.
+    families = (gdr.CHANNELS,)
 
-    def feed_chunk(self, buf: bytes, start_no: int) -> None:
-        self.gdr.feed_chunk(buf, start_no)
+    def feed_rows(self, rows) -> None:
+        self.gdr.feed_rows(rows)
 
     def feed(self, hit: Hit) -> None:
         t = hit.text

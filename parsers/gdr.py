@@ -5,19 +5,17 @@ Libfabric/0/GDRDMA"); the "/GDRDMA" suffix says the NIC reads and writes GPU mem
 EFA offers that, so channels that all lack it mean every transfer is staged through host memory. Older instances
 (p3dn) and the g-series do not offer it: there the same lines are as good as it gets, and the instance is then
 named in no platform line this reader trusts, so it says nothing. Channel lines are most of an NCCL log: they are
-counted chunk-wide (the transport reader's feed_chunk), and not at all once one channel shows GPUDirect RDMA."""
+a line family (rows counted in batches), and not at all once one channel shows GPUDirect RDMA."""
 from __future__ import annotations
 
 from core.models import Evidence, Finding
 from parsers.scan.base import Context
+from parsers.scan.rows import Family
 
 GDR_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200")
-_CHANNELS = (b" via NET/AWS Libfabric/", b" via NET/Libfabric/")
-
-
-def wanted(sample: bytes) -> bool:
-    """Whether a chunk holds NCCL channels over the libfabric plugin (one C-level look for the common part first)."""
-    return b" via NET/" in sample and any(c in sample for c in _CHANNELS)
+# a row carries its line only while it lacks GPUDirect RDMA (the first such line is the evidence)
+CHANNELS = Family("net_channel", (" via NET/AWS Libfabric/", " via NET/Libfabric/"), (("gdr", r"(/GDRDMA)"),),
+                  need=("gdr",))
 
 
 class GdrWatch:
@@ -26,21 +24,15 @@ class GdrWatch:
         self.channels = 0           # plugin channel lines counted before that
         self.first: tuple[int, str] | None = None   # (line, text) of the first of them
 
-    def feed_chunk(self, buf: bytes, start_no: int) -> None:
+    def feed_rows(self, rows) -> None:
         if self.gdr:
             return
-        if b"/GDRDMA" in buf:
+        if any(rows.get("gdr")):
             self.gdr = True
             return
-        for c in _CHANNELS:
-            n = buf.count(c)
-            if n and self.first is None:
-                at = buf.find(c)
-                ls = buf.rfind(b"\n", 0, at) + 1
-                le = buf.find(b"\n", at)
-                self.first = (start_no + buf.count(b"\n", 0, ls) + 1,
-                              buf[ls:le if le >= 0 else len(buf)].decode("utf-8", "replace").strip()[:500])
-            self.channels += n
+        if self.first is None:
+            self.first = (rows.no[0], rows.text[0].strip()[:500])
+        self.channels += sum(rows.count)
 
     def finding(self, ctx: Context, efa: bool) -> Finding | None:
         """The finding, where EFA was picked, the instance offers GPUDirect RDMA and no channel used it."""

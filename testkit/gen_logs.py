@@ -5,6 +5,8 @@
     python testkit/gen_logs.py mixed OUT.log --mb 1024    # a 512-rank torchrun log: [rankN]: prefixes, NCCL INFO
                                                           # set-up interleaved with Megatron iterations, an OOM
     python testkit/gen_logs.py hf OUT.log --mb 200        # HF Trainer + DeepSpeed fp16 with tqdm written to a file
+    python testkit/gen_logs.py mixed-pg OUT.log --mb 1024 # the second mixed layout (issue 33): new process groups'
+                                                          # NCCL set-up all through the run, every rank's iterations
 
 Prints a JSON object with the injected failures and their line numbers."""
 from __future__ import annotations
@@ -174,6 +176,52 @@ def gen_mixed(path: str, mb: int, seed: int = 3) -> dict:
     return {"file": path, "bytes": out.written, "lines": out.lineno, "injected": injected}
 
 
+def pg_setup(rng: random.Random, pg: int, size: int = 64) -> list[str]:
+    """A new process group's NCCL set-up as its ranks log it mid-run (torchrun's [rankN]: prefix)."""
+    out, cid, first = [], f"0x{rng.getrandbits(48):x}", (pg * size) % RANKS
+    for k in range(size):
+        rank = (first + k) % RANKS
+        d = rank % PER_NODE
+        p = f"[rank{rank}]:{host(rank)}:{4000 + rank}:{4300 + pg % 97} [{d}] NCCL INFO "
+        out.append(p + "NET/OFI Selected Provider is efa (found 32 nics)")
+        for c in range(4):
+            out.append(p + f"Channel {c:02d}/0 : {k} -> {(k + 8) % size} via NET/AWS Libfabric/{d}/GDRDMA")
+        out.append(p + "Connected all rings")
+        out.append(p + f"comm {cid} rank {k} nranks {size} cudaDev {d} nvmlDev {d} busId {0x53 + d:x}000 commId "
+                   f"0x{pg:x} - Init COMPLETE")
+    return out
+
+
+def gen_mixed_pg(path: str, mb: int, seed: int = 5) -> dict:
+    """Issue 33's realistic layout: every rank prints each iteration line, and new process groups' NCCL set-up
+    (provider, channels, rings, Init COMPLETE) keeps appearing between steps; one loss spike half-way, one rank's
+    CUDA OOM at 80%."""
+    rng = random.Random(seed)
+    target, injected, it, pg = mb << 20, {}, 0, 0
+    with open(path, "w") as f:
+        out = Out(f)
+        out.emit([f"[rank{i // 8}]:{x}" for i, x in enumerate(nccl_header())])
+        while out.written < target:
+            it += 1
+            loss, g = 2.5 - it * 2e-7 + rng.uniform(-0.02, 0.02), 0.25 + rng.uniform(-0.03, 0.03)
+            if "loss_spike" not in injected and out.written >= target // 2 and it > 50:
+                loss, g = 7.91, 144.2
+                injected["loss_spike"] = out.lineno + 1
+            ms = 3000 + rng.random() * 50
+            out.emit([f"[rank{r}]:" + _iteration(it, loss, g, ms) for r in range(RANKS)])
+            if it % 3 == 0:
+                pg += 1
+                out.emit(pg_setup(rng, pg))
+            if "cuda_oom" not in injected and out.written >= target * 0.8:
+                injected["cuda_oom"] = out.lineno + 2
+                out.emit(["[rank211]:Traceback (most recent call last):",
+                          "[rank211]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has "
+                          "a total capacity of 79.11 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this "
+                          "process has 78.04 GiB memory in use. Of the allocated memory 74.20 GiB is allocated by "
+                          "PyTorch, and 2.31 GiB is reserved by PyTorch but unallocated."])
+    return {"file": path, "bytes": out.written, "lines": out.lineno, "injected": injected}
+
+
 def _bar(step: int, total: int, sec: float) -> str:
     pct = 100 * step // total
     fill = "█" * (pct // 10) + ("▍" if pct % 10 >= 5 else "")
@@ -216,11 +264,12 @@ def gen_hf(path: str, mb: int, seed: int = 4) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kind", choices=["nccl", "megatron", "mixed", "hf"])
+    ap.add_argument("kind", choices=["nccl", "megatron", "mixed", "mixed-pg", "hf"])
     ap.add_argument("out")
     ap.add_argument("--mb", type=int, default=100)
     a = ap.parse_args(argv)
-    info = {"nccl": gen_nccl, "megatron": gen_megatron, "mixed": gen_mixed, "hf": gen_hf}[a.kind](a.out, a.mb)
+    info = {"nccl": gen_nccl, "megatron": gen_megatron, "mixed": gen_mixed, "mixed-pg": gen_mixed_pg,
+            "hf": gen_hf}[a.kind](a.out, a.mb)
     print(json.dumps(info))
     return 0
 

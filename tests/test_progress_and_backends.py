@@ -141,10 +141,10 @@ def test_megatron_bulk_path_matches_line_by_line_reading(engine, monkeypatch, tm
 
 
 @pytest.mark.parametrize("cap", [4096, 3])
-def test_nccl_communicator_lines_read_chunk_wide_match_line_by_line(monkeypatch, cap):
-    """NCCL INFO set-up logs: once every rank of a chunk has its host, only the world size is taken from the chunk
-    (no per-line work); a chunk with a rank not seen before, including one whose first line names no host, or a
-    world size grown in a later communicator, gives the same ranks, hosts and size as reading line by line."""
+def test_nccl_communicator_lines_read_as_rows_by_both_feeders(monkeypatch, cap):
+    """NCCL INFO set-up logs: the communicator lines are a family's rows (issue 33); a rank not seen before,
+    including one whose first line names no host, or a world size grown in a later communicator, gives the same
+    ranks, hosts and size from the Python feeder and the native one."""
     import parsers.collectors.context as context
     from parsers.collectors.context import ContextCollector
     from parsers.scan.scanner import Scanner
@@ -157,14 +157,11 @@ def test_nccl_communicator_lines_read_chunk_wide_match_line_by_line(monkeypatch,
               "".join(comm(f"node-{r // 2}", r, 8) for r in (3, 1, 0, 2) * 3),     # known ranks, a larger world
               comm("", 5, 8) + comm("node-2", 4, 8) + comm("node-9", 5, 8) + comm("node-2", 5, 8)]
     states = []
-    for chunk_wide in (True, False):
-        if not chunk_wide:
-            monkeypatch.setattr(ContextCollector, "bulk_wanted", classmethod(lambda cls, sample: False))
-        sc = Scanner([ContextCollector()])
+    for feeder in ("polars", "python"):
+        sc = Scanner([ContextCollector()], feeder=feeder)
         for c in chunks:
             sc.feed(c.encode())
         sc.close()
-        assert sc.bulk == ([0] if chunk_wide else [])
         r = sc.parsers[0]
         states.append((r.world, r.rank_hosts, r.hosts))
     assert states[0] == states[1]
@@ -260,9 +257,10 @@ def test_a_reader_that_fails_chunk_wide_is_not_judged_again(tmp_path):
     assert sc.bulk == [1] and "loss" in sc.failed and len(sc.parsers[1].steps) == 4000
 
 
-def test_megatron_throughput_read_chunk_wide_matches_line_by_line(engine, monkeypatch, tmp_path):
-    """Megatron's `throughput per GPU (TFLOP/s/GPU)` is read chunk-wide once a chunk shows it (issue 16): the same
-    readings, median, evidence and finding as line by line, also when a line is woken for another reason ("mfu")."""
+def test_megatron_throughput_rows_agree_between_feeders(books, tmp_path):
+    """Megatron's `throughput per GPU (TFLOP/s/GPU)` lines are a family's rows (issue 33): the same readings, median,
+    evidence and finding from both feeders, also when a line is woken for another reason ("mfu")."""
+    from engine import Engine
     from core.ingest import from_bytes
     from parsers.scan.scanner import Scanner
     from parsers.slow.util import UtilParser
@@ -274,10 +272,9 @@ def test_megatron_throughput_read_chunk_wide_matches_line_by_line(engine, monkey
     cases = [(tmp_path / "m.log").read_bytes(), low.encode(), "\n".join(lines).encode()]
     sc = Scanner([UtilParser()])
     sc.feed(cases[2])
-    assert sc.bulk == [0] and len(sc.parsers[0].tflops) == low.count("TFLOP/s/GPU")
-    bulk = [engine.diagnose(from_bytes(c)).to_json_dict() for c in cases]
-    monkeypatch.setattr(UtilParser, "bulk_wanted", classmethod(lambda cls, sample: False))
-    plain = [engine.diagnose(from_bytes(c)).to_json_dict() for c in cases]
+    assert len(sc.parsers[0].tflops) == low.count("TFLOP/s/GPU")
+    bulk = [Engine(books, feeder="polars").diagnose(from_bytes(c)).to_json_dict() for c in cases]
+    plain = [Engine(books, feeder="python").diagnose(from_bytes(c)).to_json_dict() for c in cases]
     assert bulk == plain
     assert [f["symptom"] for f in bulk[1]["findings"]] == ["low_gpu_util"] and bulk[0]["step_time"]["tflops_per_gpu"]
 

@@ -48,13 +48,17 @@ def test_the_korean_title_names_the_instance(run):
 
 
 def test_channel_lines_counted_across_chunks_and_stop_once_gdrdma_shows():
-    from parsers.gdr import GdrWatch
-    w = GdrWatch()
-    w.feed_chunk(b"x\nh:1:2 [0] NCCL INFO Channel 00/0 : 1[1] -> 0[0] [receive] via NET/AWS Libfabric/0\n", 10)
-    w.feed_chunk(b"h:1:2 [0] NCCL INFO Channel 01/0 : 1[1] -> 0[0] [receive] via NET/Libfabric/1\n", 12)
+    from parsers.gdr import CHANNELS, GdrWatch
+    from parsers.scan.rows import State, python_rows
+    w, state = GdrWatch(), State()
+
+    def feed(buf: bytes, start_no: int) -> None:   # (the scanner feeds a family's rows chunk by chunk)
+        w.feed_rows(python_rows(buf, [CHANNELS], start_no, state)[0])
+    feed(b"x\nh:1:2 [0] NCCL INFO Channel 00/0 : 1[1] -> 0[0] [receive] via NET/AWS Libfabric/0\n", 10)
+    feed(b"h:1:2 [0] NCCL INFO Channel 01/0 : 1[1] -> 0[0] [receive] via NET/Libfabric/1\n", 12)
     assert (w.channels, w.first[0], w.gdr) == (2, 12, False)
-    w.feed_chunk(b"h:1:2 [0] NCCL INFO Channel 02/0 : 1[1] -> 0[0] [send] via NET/AWS Libfabric/2/GDRDMA\n", 13)
-    w.feed_chunk(b"h:1:2 [0] NCCL INFO Channel 03/0 : 1[1] -> 0[0] [send] via NET/AWS Libfabric/3\n", 14)
+    feed(b"h:1:2 [0] NCCL INFO Channel 02/0 : 1[1] -> 0[0] [send] via NET/AWS Libfabric/2/GDRDMA\n", 13)
+    feed(b"h:1:2 [0] NCCL INFO Channel 03/0 : 1[1] -> 0[0] [send] via NET/AWS Libfabric/3\n", 14)
     assert w.gdr and w.channels == 2
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 import re
-from operator import itemgetter
 from typing import Any
 
 from core import job as J
 from parsers.scan.base import Collector, Context, Hit, findall, host_of, rx, search
+from parsers.scan.scanner import hit_of
+from parsers.scan.rows import Family
 
 # (component, literals one of which must be on the line, pattern)
 _VERSION_RULES: tuple[tuple[str, tuple[str, ...], Any], ...] = (
@@ -58,33 +59,27 @@ class ContextCollector(Collector):
         "gradient_checkpointing=", "bf16=", "fp16=",
     )
 
-    # NCCL INFO logs are mostly communicator set-up; their "comm 0x… rank N nranks M" lines are read chunk-wide.
-    bulk = re.compile(rb"comm 0x[0-9a-fA-F]+ rank (\d+) nranks (\d+)")
-    bulk_triggers = tuple(t for t in triggers if t != "nranks")
+    # NCCL INFO logs are mostly communicator set-up: their "comm 0x… rank N nranks M" lines are a family's rows
+    # (the rank, the world size and the host, read natively); a line of it without them is read as a line.
+    families = (Family("nccl_comm", ("comm 0x",), (
+        ("rank", r"\bcomm 0x[0-9a-fA-F]+ rank (\d+) nranks \d+"), ("world", r"\bcomm 0x[0-9a-fA-F]+ rank \d+ nranks (\d+)"),
+        ("host", r"([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL")), need=("rank",)),)
 
-    @classmethod
-    def bulk_wanted(cls, sample: bytes) -> bool:
-        return sample.count(b" nranks ") >= 200
-
-    def feed_chunk(self, buf: bytes, start_no: int) -> None:
-        """A chunk's communicator lines at C speed once every rank in it has its host: only the world size can
-        change then. A chunk with a rank not seen before is read line by line (its first line names the host)."""
-        pairs = self.bulk.findall(buf)
-        if not pairs:
-            return
-        ranks = set(map(int, set(map(itemgetter(0), pairs))))
-        if len(self.rank_hosts) < RANK_HOSTS and not ranks <= self.rank_hosts.keys():
-            for m in self.bulk.finditer(buf):
-                self.feed_bulk(0, m)
-            return
-        world = max(map(int, set(map(itemgetter(1), pairs))))
-        if world > (self.world or 0):
-            self.world = world
-
-    def feed_bulk(self, no: int, m) -> None:
-        buf = m.string
-        self._comm(int(m.group(1)), int(m.group(2)),
-                   lambda: buf[buf.rfind(b"\n", 0, m.start()) + 1:m.end()].decode("utf-8", "replace"))
+    def feed_rows(self, rows) -> None:
+        ranks, worlds, hosts = rows.get("rank"), rows.get("world"), rows.get("host")
+        if None in ranks:
+            for no, r, text in zip(rows.no, ranks, rows.text):
+                if r is None and any(t in text for t in self.triggers):   # (as the line would have been fed)
+                    self.feed(hit_of(no, text))
+        known = self.rank_hosts.keys()
+        for r, w, h in dict.fromkeys(zip(ranks, worlds, hosts)):
+            if r is None:
+                continue
+            if int(w) > (self.world or 0):
+                self.world = int(w)
+            if int(r) not in known and len(self.rank_hosts) < RANK_HOSTS and h:
+                self.hosts.add(h)
+                self.rank_hosts[int(r)] = h
 
     def _comm(self, rank: int, world: int, line) -> None:
         """One communicator line: the world size, and the host of a rank not seen before (`line()` gives its text,

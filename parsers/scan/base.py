@@ -82,9 +82,21 @@ class Context:
 
 
 class Reader:
-    """What the scanner feeds: trigger literals, and the lines that contain one (with `before`/`after` context).
+    """What the scanner feeds. The contract (issue 33):
 
-    A reader may also read its dominant line format chunk-wide: `bulk` is a bytes regex run over whole chunks while
+    - `families`: line families (parsers.scan.rows.Family): literals that select lines, and named fields, each a
+      pattern with one group in the regex subset Rust `regex` and Python `regex` read alike. The engine extracts
+      them (natively for a big chunk, parsers/scan/native.py; in Python for a paste, parsers/scan/rows.py; the same
+      rows either way, tests/test_feeders.py) and calls `feed_rows(rows)` once per family and chunk, in line order,
+      before that chunk's Hits: `rows.no`, `rows.get(field)` (text or None), `rows.text` (the whole line where the
+      family asks, or where a field named in `need` is missing: read such a row with `parsers.scan.scanner.hit_of`), and
+      `rows.count` (with `distinct`, the copies of a row that follow it, dropped in the engine). A line one of the
+      reader's families selects never reaches its `feed`.
+    - `triggers`: literals for the rare lines read one by one; `feed(hit)` gets each line holding one (and no
+      selector of the reader's families) as a Hit, with `before`/`after` lines of context.
+    - `finish(ctx)` (Parser) or `collect(ctx)` (Collector) once at the end.
+
+    Being retired (issue 33): the loss reader still reads its dominant line format chunk-wide: `bulk` is a bytes regex run over whole chunks while
     `bulk_wanted` (judged chunk by chunk) holds, and then only `bulk_triggers` are read line by line. The matches
     go to `feed_bulk` one by one, or the whole chunk to `feed_chunk` where a reader defines it. A line that only this
     reader wants is first offered to `quick(buf, line start, line end, line number)`, where a reader defines it: True
@@ -97,6 +109,12 @@ class Reader:
     bulk_triggers: ClassVar[tuple[str, ...]] = ()
     feed_chunk: Any = None   # (buf, first line number - 1): set by a reader that takes a whole chunk in one go
     quick: Any = None        # (buf, start, end, line number) -> bool: set by a reader with a fast path for its lines
+    # Line families (parsers.scan.rows.Family): the lines they select reach this reader only as rows, in batches
+    families: ClassVar[tuple[Any, ...]] = ()
+
+    def feed_rows(self, rows) -> None:
+        """A batch of one of its families' rows (parsers.scan.rows.Rows), in line order, before the chunk's Hits."""
+        raise NotImplementedError
 
     @classmethod
     def bulk_wanted(cls, sample: bytes) -> bool:

@@ -11,6 +11,7 @@ from typing import Sequence
 
 from parsers.scan.base import Hit, Reader, unprefix
 from parsers.scan.backends import BACKENDS, make_backend
+from parsers.scan.rows import PY_MAX, State, python_rows
 
 __all__ = ["BACKENDS", "MAX_TEXT", "Scanner", "clean", "make_backend"]
 
@@ -44,6 +45,16 @@ def clean(raw: bytes, focus: int = 0) -> str:
     return text
 
 
+def hit_of(no: int, line: str) -> Hit:
+    """A family row's line (its text, as the feeders give it) as the Hit a reader would have been fed for it."""
+    raw = clean(line.encode("utf-8", "surrogateescape"))
+    cut, label, text = unprefix(raw)
+    return Hit(no, text, cut=cut, label=label, raw=raw)
+
+
+FEEDERS = ("auto", "python", "polars")
+
+
 def clean_line(raw: bytes, keep_label: bool = False) -> str:
     """A context line as readers see it: cleaned, and without the noise prefixes a transport put in front (and
     without the launcher labels, unless `keep_label`)."""
@@ -65,6 +76,32 @@ class _Owners(dict):
         return who
 
 
+class _Feeder:
+    """The families' rows for each chunk: the pure-Python feeder for a small chunk (or when asked), the native one
+    for a big chunk it can read line for line (parsers/scan/native.py)."""
+
+    def __init__(self, readers: Sequence[Reader], prefer: str = "auto"):
+        if prefer not in FEEDERS:
+            raise ValueError(f"feeder must be one of {', '.join(FEEDERS)}, not {prefer!r}")
+        self.prefer, self.state = prefer, State()
+        self.owner = {f.name: i for i, r in enumerate(readers) for f in getattr(r, "families", ())}
+        self.families = [f for r in readers for f in getattr(r, "families", ())]
+
+    def rows(self, buf: bytes, first_no: int, active) -> list:
+        fams = [f for f in self.families if active is None or self.owner[f.name] in active]
+        if not fams:
+            return []
+        if self.prefer == "polars" or (self.prefer == "auto" and len(buf) > PY_MAX):
+            try:
+                import parsers.scan.native as scan_polars
+            except ImportError:   # (polars is a dependency; a broken install still reads, in Python)
+                scan_polars = None
+            df = scan_polars.frame(buf) if scan_polars is not None else None
+            if df is not None:
+                return scan_polars.rows(df, fams, first_no, self.state)
+        return python_rows(buf, fams, first_no, self.state)
+
+
 class _Off:
     """Stands in for a reader that raised: it reads nothing more (the others go on)."""
     before = after = 0
@@ -78,8 +115,10 @@ class _Off:
 
 
 class Scanner:
-    def __init__(self, parsers: Sequence[Reader], backend: str = "auto", cache: Path | None = None):
+    def __init__(self, parsers: Sequence[Reader], backend: str = "auto", cache: Path | None = None,
+                 feeder: str = "auto"):
         self.parsers = list(parsers)
+        self.feeder = _Feeder(self.parsers, feeder)
         self.cache = cache                 # where Hyperscan's compiled database is kept between processes
         self.failed: dict[str, str] = {}   # reader name -> the exception it raised (a bug: it is switched off)
         self.backend_name = backend
@@ -96,9 +135,15 @@ class Scanner:
 
     def _index(self, bulk: set[int]) -> None:
         owners: dict[bytes, set[int]] = {}
+        selectors: dict[bytes, set[int]] = {}
         for i, p in enumerate(self.parsers):
             for t in (p.bulk_triggers if i in bulk else p.triggers):
                 owners.setdefault(t.encode(), set()).add(i)
+            for f in getattr(p, "families", ()):
+                for s in f.select:   # a line one of its families selects reaches a reader as a row, not a Hit
+                    selectors.setdefault(s.encode(), set()).add(i)
+                    owners.setdefault(s.encode(), set())
+        self._selectors = _Owners(selectors)
         # Every reader's triggers are searched for, fed or not, so that the candidate lines (and a long line's
         # window, which centres on its first trigger) are the same in every process that reads part of the readers.
         self.backend = make_backend(list(owners), self.backend_name, self.cache)
@@ -157,13 +202,30 @@ class Scanner:
         self.bulk = [i for i in self.bulk if not isinstance(self.parsers[i], _Off)]
 
     def _claimants(self, found: list[bytes]) -> tuple[int, ...]:
-        if len(found) == 1:
-            return self.owners[found[0]]
         key = tuple(found)   # (a log repeats its few combinations of literals on thousands of lines)
         who = self._who.get(key)
         if who is None:
-            who = self._who[key] = tuple(sorted(set().union(*(self.owners[f] for f in set(found)))))
+            fs = set(found)
+            mine = set().union(*(self.owners[f] for f in fs))
+            who = self._who[key] = tuple(sorted(mine - set().union(*(self._selectors[f] for f in fs))))
         return who
+
+    def _feed_rows(self, buf: bytes, start_no: int) -> None:
+        """Each family's rows of this chunk to its reader, before any of the chunk's lines is fed one by one."""
+        for rows in self.feeder.rows(buf, start_no, self.active):
+            if not len(rows):
+                continue
+            i = self.feeder.owner[rows.family.name]
+            reader = self.parsers[i]
+            if isinstance(reader, _Off):
+                continue
+            began = perf_counter() if self.cost is not None else 0.0
+            try:
+                reader.feed_rows(rows)
+            except Exception as e:   # one reader's bug must not cost the whole diagnosis
+                self._fail(i, e)
+            if self.cost is not None:
+                self.cost[i] += perf_counter() - began
 
     def _context(self, who: tuple[int, ...]) -> tuple[int, int]:
         """How many lines before and after the line its most demanding reader asks for (each sees its own count)."""
@@ -215,6 +277,7 @@ class Scanner:
             self._decide_bulk(buf)
         if self._pending:
             self._fill_pending(buf)
+        self._feed_rows(buf, start_no)
         if self.bulk:
             self._feed_bulk(buf, start_no)
         counted_at, no, n = 0, start_no, len(buf)

@@ -8,15 +8,13 @@ less than they could be. Two kinds of evidence, each over several readings:
   (`dcgmi dmon -e 1002`: the SMACT column, a 0-1 ratio of cycles with an SM busy)."""
 from __future__ import annotations
 
-import re
-from itertools import islice
 from statistics import median
 
 from core import instances as I
 from core.models import Finding
 from parsers.scan.base import Context, Hit, Parser, rx, search
-from parsers.convergence.series import line_of
-from parsers.scan.scanner import clean_line
+from parsers.scan.rows import Family
+from parsers.scan.scanner import hit_of
 from parsers.step_series import Readings
 
 MFU_LOW_PCT = 25.0      # dense BF16 MFU under a quarter of peak is low; 30-45% is normal for LLM training
@@ -54,29 +52,23 @@ def _peak(gpu: str, ctx: Context) -> tuple[str, float | None]:
 class UtilParser(Parser):
     name = "low_gpu_util"
     triggers = ("mfu", "MFU", "TFLOP/s/GPU", "tflops:", "TFLOPs:", "NVIDIA ")
-    # Megatron's --log-throughput figure is on every iteration line of every rank: read chunk-wide once it shows
-    bulk = re.compile(rb"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)[^\n]*")
-    bulk_triggers = ("mfu", "MFU", "tflops:", "TFLOPs:", "NVIDIA ")
-
-    @classmethod
-    def bulk_wanted(cls, sample: bytes) -> bool:
-        return b"(TFLOP/s/GPU):" in sample and cls.bulk.search(sample) is not None
+    # Megatron's --log-throughput figure is on every iteration line of every rank: a line family, read in batches
+    families = (Family("megatron_tflops", ("throughput per GPU (TFLOP/s/GPU):",),
+                       (("v", r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)"),), text=True),)
 
     def __init__(self) -> None:
         super().__init__()
         self.mfu, self.tflops = Readings(), Readings()   # bounded: a 1 GB log has millions of readings
         self.gpu = ""
-        self.bulk_read = False   # whether the chunk-wide pass has run (it then owns Megatron's figure)
 
-    def feed_chunk(self, buf: bytes, start_no: int) -> None:
-        """A chunk's figures in one findall (the pattern takes the rest of the line, so one a line, the first, as
-        the line-by-line path takes it); a line is located only for the readings kept as evidence."""
-        self.bulk_read = True
-
-        def locate(k: int) -> tuple[int, str]:
-            m = next(islice(self.bulk.finditer(buf), k, None))
-            return start_no + buf.count(b"\n", 0, m.start()) + 1, clean_line(line_of(m))
-        self.tflops.extend([float(v) for v in self.bulk.findall(buf)], locate)
+    def feed_rows(self, rows) -> None:
+        """A batch's figures (one a line, the first, as the line-by-line path takes it); a row's line is cleaned
+        only for the readings kept as evidence. A row without a number is read as a line."""
+        if None in rows.get("v"):
+            for no, v, text in zip(rows.no, rows.get("v"), rows.text):
+                self.feed(hit_of(no, text)) if v is None else self.tflops.add(float(v), no, hit_of(no, text).text)
+            return
+        self.tflops.extend([float(v) for v in rows.get("v")], lambda k: (rows.no[k], hit_of(0, rows.text[k]).text))
 
     def feed(self, hit: Hit) -> None:
         t = hit.text
@@ -90,7 +82,7 @@ class UtilParser(Parser):
             if value >= 0:     # nanoGPT prints -100% before it has timed a step
                 self.mfu.add(value, hit.no, t)
         m = search(_TFLOPS, t)
-        if m and not (m.group(1) and self.bulk_read):   # Megatron's figure: read chunk-wide already
+        if m and not m.group(1):   # (Megatron's figure: its lines are the family's rows)
             self.tflops.add(float((m.group(1) or m.group(2) or m.group(3)).replace(",", "")), hit.no, t)
 
     def finish(self, ctx: Context) -> list[Finding]:
