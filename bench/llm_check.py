@@ -50,16 +50,23 @@ def start_server(log: Path, ctx: int) -> tuple[subprocess.Popen, str]:
 
 
 def examples() -> list[tuple[str, object]]:
-    from core.ingest import from_bytes
+    from core.ingest import UnusableInput, from_bytes
+    from core.inputs import expand
     from engine import Engine
     from playbooks.engine import load
     engine = Engine(load())
     out = []
     for p in sorted((ROOT / "examples").iterdir()):
-        if p.is_file() and (p.suffix == ".log" or p.name.endswith(".gz")):
-            d = engine.diagnose(from_bytes(p.read_bytes(), p.name))
+        if not (p.is_file() and (p.suffix == ".log" or p.name.endswith(".gz"))):
+            continue
+        for src in expand(from_bytes(p.read_bytes(), p.name)):   # an archive's members one by one
+            try:
+                d = engine.diagnose(src)
+            except UnusableInput as e:
+                print(f"llm-check: skipped {e}", file=sys.stderr)
+                continue
             if d.findings:
-                out.append((p.name, d))
+                out.append((src.name, d))
     return out
 
 
