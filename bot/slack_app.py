@@ -8,7 +8,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from slack_bolt import App, BoltResponse
+from slack_bolt import App
 from slack_sdk import WebClient
 
 from bot import slack_blocks as kit
@@ -203,12 +203,6 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
         app.view("triage_cause")(out(self.on_cause_submit))
         app.event("app_home_opened")(out(self.on_home))
         app.event("message")(lambda: None)  # thread chatter is read on mention only
-
-    def dedupe(self, body: dict, next) -> BoltResponse | None:
-        event_id = body.get("event_id")
-        if event_id and self.triage.store and not self.triage.store.first_time(event_id):
-            return BoltResponse(status=200, body="")
-        return next()
 
     def ack_diagnose(self, ack, command: dict) -> None:
         ack(text=self.admit(command) or ":mag: Diagnosing…")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import sqlite3
 
+from slack_bolt import BoltResponse
 from slack_sdk import WebClient
 
 from bot import post_once
@@ -26,8 +28,26 @@ def request_of(kind: str, kwargs: dict) -> dict:
 
 
 class WorkHandlers:
-    """Mixed into SlackBot (bot.slack_app), which provides settings, work, journal, limiter, client and the
+    """Mixed into SlackBot (bot.slack_app), which provides settings, triage, work, journal, limiter, client and the
     listeners themselves."""
+
+    def dedupe(self, body: dict, context, next) -> BoltResponse | None:
+        """Bolt middleware: a retried event is not run twice, and a new mention is seen and written down (bot.journal)
+        in one transaction before it is acked (bot.server acks after this): Slack never resends an acked event, and
+        the retry of one whose process died before the ack finds it seen and written down, to be resumed."""
+        event_id, store = body.get("event_id"), self.triage.store
+        if event_id and store:
+            event = body.get("event") or {}
+            try:
+                with store.write():
+                    if not store.first_time(event_id):
+                        return BoltResponse(status=200, body="")
+                    if event.get("type") == "app_mention" and self.journal:
+                        context["triage_job"] = self.journal.begin("on_mention", request_of(
+                            "on_mention", {"event": event, "context": context}))
+            except sqlite3.Error as e:   # the store cannot take it: answer anyway, never drop an event
+                log.error("event %s not written down: %s", event_id, type(e).__name__)
+        return next()
 
     def offload(self, fn):
         """Run a heavy listener on the bot's own pool; Bolt's threads stay free to ack within Slack's 3 s."""
@@ -36,7 +56,7 @@ class WorkHandlers:
             command = kwargs.get("command")
             if command is not None and self.admit(command):   # a /diagnose: its ack said why it is not run
                 return
-            run, entry = self._job(fn, kwargs)
+            run, entry = self._job(fn, kwargs, begun=(kwargs.get("context") or {}).get("triage_job"))
             if command is not None:
                 self.work.submit(run, reserved=True)
             elif not self.work.submit(run):
@@ -45,9 +65,11 @@ class WorkHandlers:
                 self._busy(**kwargs)
         return submit
 
-    def _job(self, fn, kwargs: dict, resumed: tuple[int, str] | None = None):
-        """The job as the pool runs it (journaled: struck off when it ends, however it ends), and its journal entry."""
-        entry = resumed or (self.journal.begin(fn.__name__, request_of(fn.__name__, kwargs)) if self.journal else None)
+    def _job(self, fn, kwargs: dict, resumed: tuple[int, str] | None = None, begun: tuple[int, str] | None = None):
+        """The job as the pool runs it (journaled: struck off when it ends, however it ends), and its journal entry
+        (`begun`: written down already, before the ack)."""
+        entry = resumed or begun or (self.journal.begin(fn.__name__, request_of(fn.__name__, kwargs))
+                                     if self.journal else None)
 
         def run():
             try:
