@@ -288,7 +288,6 @@ class Soak:
         return s
 
     def send(self, req: Req, rnd: random.Random) -> None:
-        req.t0 = time.monotonic()
         for attempt in range(8 if req.kind == "mention" else 1):
             live = self.live()
             if not live:
@@ -341,6 +340,7 @@ class Soak:
                     self.progress.wait_for(lambda: self.outstanding(reqs) < a.window, timeout=15)
                 if req.i == kill_at:
                     self._arm(rng.choice(("drop-after", "drop-before")))
+                req.t0 = time.monotonic()
                 pool.submit(self.send, req, random.Random(a.seed * 7919 + req.i))
         t_sent = time.monotonic()
         settled = self._settle(reqs)
@@ -365,7 +365,11 @@ class Soak:
             k = self.fake.killed
             self.kill_note = (f"server a, {k['mode']} (mid-post, {time.monotonic() - armed:.1f} s after arming)"
                               if k else "server a, at a random moment (no post of its own in flight)")
-            self.start("a", "a2")
+            try:
+                self.start("a", "a2")
+            except SystemExit as e:   # reported, and the soak fails: nothing resumed what `a` left
+                self.kill_note += f"; THE REPLACEMENT DID NOT START: {str(e)[-300:]}"
+                self.replace_failed = True
         self.replacer = threading.Thread(target=replace, daemon=True)
         self.replacer.start()
 
@@ -436,7 +440,8 @@ class Soak:
         for r in (lost + doubled)[:10]:
             print(f"  {'LOST' if not r.answers else 'DOUBLED'} #{r.i} {r.kind} in {r.channel}: deliveries "
                   f"{r.deliveries}, answers {[(v, k) for _, v, k in r.answers]}")
-        ok = not lost and not doubled and not any(tracebacks.values()) and settled
+        ok = not lost and not doubled and not any(tracebacks.values()) and settled and \
+            not getattr(self, "replace_failed", False)
         print(f"  logs: {self.tmp}" if not ok else "  OK: every answer posted exactly once")
         if ok and not self.a.keep:
             import shutil
