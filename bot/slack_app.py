@@ -64,6 +64,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
         # One admission decision per /diagnose: Bolt starts the ack function and the lazy listener at the same
         # time, so whichever runs first decides (and reserves the work queue's place), the other reads it.
         self._admission: OrderedDict[str, str] = OrderedDict()
+        self._begun: OrderedDict[str, tuple[int, str] | None] = OrderedDict()   # journaled before the ack
         self._admit_lock = threading.Lock()
         store = triage.store
         self.outbox = Outbox(store, on_sent=lambda did, ch, ts: did and ts and store.set_message(did, ch, ts)) \
@@ -355,7 +356,8 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
         for update in later:   # every deterministic answer is out; now their phrasings, one at a time
             update()
 
-    def ack_shortcut(self, ack) -> None:
+    def ack_shortcut(self, ack, body: dict) -> None:
+        self.write_down("run_shortcut", body.get("trigger_id") or "", {"body": body})
         ack()
 
     def run_shortcut(self, body: dict, client: WebClient) -> None:

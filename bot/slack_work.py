@@ -18,6 +18,10 @@ log = logging.getLogger("triage.slack")
 NOT_HERE = "Train Triage is not enabled in this channel. Ask an admin to add it to TRIAGE_ALLOWED_CHANNELS."
 
 
+def _trigger(command: dict) -> str:
+    return command.get("trigger_id") or command.get("response_url") or ""
+
+
 def request_of(kind: str, kwargs: dict) -> dict:
     """What a job needs to run again in another process: the event, shortcut body or command (never a client)."""
     if kind == "on_mention":
@@ -56,7 +60,7 @@ class WorkHandlers:
             command = kwargs.get("command")
             if command is not None and self.admit(command):   # a /diagnose: its ack said why it is not run
                 return
-            run, entry = self._job(fn, kwargs, begun=(kwargs.get("context") or {}).get("triage_job"))
+            run, entry = self._job(fn, kwargs, begun=self._begun_for(fn.__name__, kwargs))
             if command is not None:
                 self.work.submit(run, reserved=True)
             elif not self.work.submit(run):
@@ -64,6 +68,15 @@ class WorkHandlers:
                     self.journal.done(entry[0])
                 self._busy(**kwargs)
         return submit
+
+    def _begun_for(self, kind: str, kwargs: dict) -> tuple[int, str] | None:
+        """The job's journal entry when it was written down before its ack: a mention's by dedupe, a /diagnose's or
+        a shortcut's by write_down (by its ack, or now if this listener came first)."""
+        if kwargs.get("command") is not None:
+            return self.write_down(kind, _trigger(kwargs["command"]), request_of(kind, kwargs))
+        if kind == "run_shortcut":
+            return self.write_down(kind, (kwargs.get("body") or {}).get("trigger_id") or "", request_of(kind, kwargs))
+        return (kwargs.get("context") or {}).get("triage_job")
 
     def _job(self, fn, kwargs: dict, resumed: tuple[int, str] | None = None, begun: tuple[int, str] | None = None):
         """The job as the pool runs it (journaled: struck off when it ends, however it ends), and its journal entry
@@ -103,7 +116,8 @@ class WorkHandlers:
             else:
                 self.journal.done(row["id"])
                 continue
-            admitted = not self.admit(kwargs["command"]) if "command" in kwargs else self.work.reserve()
+            admitted = not self.admit(kwargs["command"], write_down=False) if "command" in kwargs \
+                else self.work.reserve()
             if not admitted:
                 self.journal.done(row["id"])
                 continue
@@ -114,10 +128,30 @@ class WorkHandlers:
             log.warning("resumed %d job(s) a stopped process left unfinished", taken)
         return taken
 
-    def admit(self, command: dict) -> str:
-        """'' when this /diagnose runs (its place in the work queue is then reserved), else what to answer instead.
-        Decided once per command, whichever of its ack and its lazy listener asks first."""
-        key = command.get("trigger_id") or command.get("response_url") or ""
+    def write_down(self, kind: str, key: str, request: dict) -> tuple[int, str] | None:
+        """The journal entry of a /diagnose or shortcut, written once, whichever of its ack and its lazy listener
+        comes first (Bolt starts both at once): written before the ack, so a process killed after acking loses
+        nothing (Slack never resends a command or shortcut). None without a key: the listener writes its own."""
+        if not key or self.journal is None:
+            return None
+        with self._admit_lock:
+            if key not in self._begun:
+                self._begun[key] = self.journal.begin(kind, request)
+                while len(self._begun) > 1000:
+                    self._begun.popitem(last=False)
+            return self._begun[key]
+
+    def admit(self, command: dict, write_down: bool = True) -> str:
+        """'' when this /diagnose runs (its place in the work queue is then reserved, and the job written down),
+        else what to answer instead. Decided once per command, whichever of its ack and its lazy listener asks
+        first."""
+        key = _trigger(command)
+        decision = self._admit(command, key)
+        if not decision and write_down:
+            self.write_down("run_diagnose", key, {"command": command})
+        return decision
+
+    def _admit(self, command: dict, key: str) -> str:
         with self._admit_lock:
             if key in self._admission:
                 return self._admission[key]
