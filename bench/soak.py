@@ -22,6 +22,7 @@ channel. The seed fixes the mix, the routing and the fault schedule; the interle
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import random
@@ -288,6 +289,14 @@ class Soak:
         return s
 
     def send(self, req: Req, rnd: random.Random) -> None:
+        try:
+            self._deliver(req, rnd)
+        except Exception as e:   # a soak fault, never silent: the request shows in the table with it
+            req.deliveries.append(("soak", repr(e)))
+        with self.progress:
+            self.progress.notify_all()
+
+    def _deliver(self, req: Req, rnd: random.Random) -> None:
         for attempt in range(8 if req.kind == "mention" else 1):
             live = self.live()
             if not live:
@@ -299,7 +308,7 @@ class Soak:
                 self.retries["after a failed delivery"] += 1
             try:
                 status, reply, _ = post_signed(target.url, SECRET, req.body, req.ctype, extra)
-            except OSError as e:
+            except (OSError, http.client.HTTPException) as e:   # refused, reset, cut short
                 status, reply = type(e).__name__, b""
             req.deliveries.append((target.name, status))
             if status == 200:
@@ -316,11 +325,9 @@ class Soak:
                 try:
                     status = post_signed(target.url, SECRET, req.body, req.ctype,
                                          {"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"})[0]
-                except OSError as e:
+                except (OSError, http.client.HTTPException) as e:   # refused, reset, cut short
                     status = type(e).__name__
                 req.deliveries.append((target.name, status))
-        with self.progress:
-            self.progress.notify_all()
 
     def outstanding(self, reqs: list[Req]) -> int:
         return sum(1 for r in reqs if r.t0 and not r.answers and (r.expected or not r.deliveries))
@@ -437,8 +444,9 @@ class Soak:
         print(f"soak: {self.a.events} requests, two `triage serve` on one store, faults, one kill -9")
         for k, v in rows:
             print(f"  {k:<{width}}  {v}")
-        for r in (lost + doubled)[:10]:
-            print(f"  {'LOST' if not r.answers else 'DOUBLED'} #{r.i} {r.kind} in {r.channel}: deliveries "
+        for r in (lost + doubled + unacked)[:10]:
+            label = "NOT ACKED" if not r.acked else "LOST" if not r.answers else "DOUBLED"
+            print(f"  {label} #{r.i} {r.kind} in {r.channel}: deliveries "
                   f"{r.deliveries}, answers {[(v, k) for _, v, k in r.answers]}")
         ok = not lost and not doubled and not any(tracebacks.values()) and settled and \
             not getattr(self, "replace_failed", False)
