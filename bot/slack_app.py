@@ -206,7 +206,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
         app.event("message")(lambda: None)  # thread chatter is read on mention only
 
     def ack_diagnose(self, ack, command: dict) -> None:
-        ack(text=self.admit(command) or ":mag: Diagnosing…")
+        ack(text=self.admit(command, write_down=True) or ":mag: Diagnosing…")
 
     def run_diagnose(self, command: dict, respond, client: WebClient) -> None:
         text = (command.get("text") or "").strip()
@@ -238,6 +238,8 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
             ok = getattr(r, "status_code", 200) == 200
         except Exception:
             ok = False
+        if ok:   # an answer through response_url cannot be looked up: struck off now, never run again after a crash
+            self.answered()
         if not ok:  # response_url failed: post to the channel, through the outbox if Slack is down
             self.post_diagnosis(client, channel, None, d, did, lang, (blocks, fallback, False))
             return

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
+import threading
 
 from slack_bolt import BoltResponse
 from slack_sdk import WebClient
@@ -15,6 +16,7 @@ from bot import slack_blocks as kit
 from bot.mrkdwn import outgoing, runbook_links
 
 log = logging.getLogger("triage.slack")
+_running = threading.local()   # the journal entry of the job this pool thread runs
 NOT_HERE = "Train Triage is not enabled in this channel. Ask an admin to add it to TRIAGE_ALLOWED_CHANNELS."
 
 
@@ -85,15 +87,23 @@ class WorkHandlers:
                                      if self.journal else None)
 
         def run():
+            _running.entry = entry
             try:
                 with post_once.job(entry[1] if entry else "", resumed=resumed is not None):
                     fn(**kwargs)
             except Exception as e:
                 log.error("%s failed: %s", fn.__name__, type(e).__name__)
             finally:
+                _running.entry = None
                 if entry and self.journal:
                     self.journal.done(entry[0])
         return run, entry
+
+    def answered(self) -> None:
+        """Strike the running job off now: its answer is out and cannot be found again to skip it (a response_url)."""
+        entry = getattr(_running, "entry", None)
+        if entry and self.journal:
+            self.journal.done(entry[0])
 
     def resume(self) -> int:
         """Run again the jobs a dead process left unfinished (at start-up); how many were taken."""
@@ -116,8 +126,7 @@ class WorkHandlers:
             else:
                 self.journal.done(row["id"])
                 continue
-            admitted = not self.admit(kwargs["command"], write_down=False) if "command" in kwargs \
-                else self.work.reserve()
+            admitted = not self.admit(kwargs["command"]) if "command" in kwargs else self.work.reserve()
             if not admitted:
                 self.journal.done(row["id"])
                 continue
@@ -141,7 +150,7 @@ class WorkHandlers:
                     self._begun.popitem(last=False)
             return self._begun[key]
 
-    def admit(self, command: dict, write_down: bool = True) -> str:
+    def admit(self, command: dict, write_down: bool = False) -> str:
         """'' when this /diagnose runs (its place in the work queue is then reserved, and the job written down),
         else what to answer instead. Decided once per command, whichever of its ack and its lazy listener asks
         first."""

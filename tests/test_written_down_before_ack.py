@@ -51,3 +51,14 @@ def test_a_slash_command_and_a_shortcut_are_written_down_once_before_they_are_ac
     time.sleep(0.5)   # their lazy listeners ran too: the same entries, no second one
     assert [r["kind"] for r in h.store.db.query("select kind from work order by id")] == ["run_diagnose",
                                                                                           "run_shortcut"]
+
+
+def test_an_answered_slash_command_leaves_nothing_to_resume(slack_bot):
+    """Struck off once its response_url answer is out (that answer cannot be looked up to skip it after a crash),
+    and no second entry from the listener's own admission check."""
+    h = slack_bot()
+    assert h.slash(XID[:3000])[0] == 200
+    h.fake.wait(lambda: h.fake.responses)
+    h.fake.wait(lambda: not list(h.store.db.query("select id from work")))
+    time.sleep(0.3)
+    assert list(h.store.db.query("select id from work")) == [] and len(h.fake.responses) == 1
