@@ -228,10 +228,11 @@ def pastes() -> list[str]:
     return out
 
 
-def build(n: int, seed: int, retry_rate: float, fake: SoakSlack, logs: list[str]) -> list[Req]:
+def build(n: int, seed: int, retry_rate: float, fake: SoakSlack, logs: list[str],
+          mix: tuple[float, ...] = (6, 3, 1)) -> list[Req]:
     rng, reqs = random.Random(seed), []
     for i in range(n):
-        kind = rng.choices(("mention", "slash", "shortcut"), (6, 3, 1))[0]
+        kind = rng.choices(("mention", "slash", "shortcut"), mix)[0]
         log, user = rng.choice(logs), f"U{rng.randrange(50)}"
         if kind == "slash":
             ch = f"CD{i}"
@@ -335,7 +336,7 @@ class Soak:
     def run(self) -> int:
         a, t_start = self.a, time.monotonic()
         logs = pastes()
-        reqs = build(a.events, a.seed, a.retry_rate, self.fake, logs)
+        reqs = build(a.events, a.seed, a.retry_rate, self.fake, logs, tuple(map(float, a.mix.split(","))))
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda slot: self.start(slot, slot), ("a", "b")))
         t_sent0 = time.monotonic()
@@ -461,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=1000, help="requests to send (default 1000)")
     ap.add_argument("--seed", type=int, default=31)
+    ap.add_argument("--mix", default="6,3,1", help="weights of mentions, /diagnose and shortcuts (default 6,3,1)")
     ap.add_argument("--fault-rate", type=float, default=0.25, help="share of posts given a fault (default 0.25)")
     ap.add_argument("--retry-rate", type=float, default=0.15, help="share of acked events Slack re-sends")
     ap.add_argument("--kill-at", type=float, default=0.5, help="arm the kill after this share of the requests")
