@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench eval corpus-table runbook llm-check clean
+.PHONY: demo test docs bench soak eval corpus-table runbook llm-check clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# 1000 mixed Slack requests against two `triage serve` on one database, faults injected, one kill -9 (issue 31);
+# exit 1 unless every answer is posted exactly once. Not part of `make test` (tests/test_soak.py runs 60).
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py
 
 # The LLM layer against a real llama.cpp server and Gemma 3 270M (compiles llama.cpp: 10-20 min the first time;
 # GGML_NATIVE=OFF: the default native build uses instructions some CPUs fault on). Not part of `make test`.

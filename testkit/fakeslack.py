@@ -31,8 +31,9 @@ class FakeSlack:
         self.files: dict[str, bytes] = {}
         self.file_auth: list[str] = []
         self.fail: dict[str, tuple[int, dict]] = {}  # method -> (http status, json)
-        # method -> faults for its next calls, one per call: "503" or "drop" (the connection closes with no reply),
-        # each "…-after" (Slack did the work, then the reply was lost) or "…-before" (nothing was done)
+        # method -> faults for its next calls, one per call: "503" (or any 5xx status) or "drop" (the connection
+        # closes with no reply), each "…-after" (Slack did the work, then the reply was lost) or "…-before" (nothing
+        # was done); "429": rate limited (nothing done, a Retry-After header)
         self.faults: dict[str, list[str]] = {}
         self.memberships: dict[str, list[str]] = {}  # user -> channel ids (users.conversations)
         self.users: dict[str, dict] = {}
@@ -86,8 +87,9 @@ class FakeSlack:
 
     # ---- the API ----------------------------------------------------------------------------------------
     def _next_ts(self) -> str:
-        self._ts += 1
-        return f"{self._ts}.000100"
+        with self.cond:   # two posts at the same moment never get one ts
+            self._ts += 1
+            return f"{self._ts}.000100"
 
     def api_call(self, method: str, p: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if method in self.fail:
@@ -153,9 +155,11 @@ class FakeSlack:
             def log_message(self, *a):
                 pass
 
-            def _json(self, status: int, obj: dict) -> None:
+            def _json(self, status: int, obj: dict, headers: dict[str, str] | None = None) -> None:
                 body = json.dumps(obj).encode()
                 self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -192,14 +196,18 @@ class FakeSlack:
                     method = path[5:]
                     fake._record(method, params)
                     fault = fake._fault(method)
+                    if fault == "429":
+                        fault = "429-before"
                     if not fault.endswith("-before"):
                         status, obj = fake.api_call(method, params)
                     if fault.startswith("drop"):
                         self.close_connection = True   # the work is done (or not): no reply at all
                         return
-                    if fault.startswith("503"):
-                        status, obj = 503, {"ok": False, "error": "service_unavailable"}
-                    self._json(status, obj)
+                    code = fault.split("-")[0]
+                    if code.isdigit():
+                        status = int(code)
+                        obj = {"ok": False, "error": "ratelimited" if status == 429 else "service_unavailable"}
+                    self._json(status, obj, {"Retry-After": "1"} if status == 429 else None)
                     return
                 self._json(404, {"ok": False, "error": "unknown_path"})
 

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from slack_bolt import App, BoltResponse
+from slack_bolt import App
 from slack_sdk import WebClient
 
 from bot.slack import blocks as kit
@@ -64,6 +64,7 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
         # One admission decision per /diagnose: Bolt starts the ack function and the lazy listener at the same
         # time, so whichever runs first decides (and reserves the work queue's place), the other reads it.
         self._admission: OrderedDict[str, str] = OrderedDict()
+        self._begun: OrderedDict[str, tuple[int, str] | None] = OrderedDict()   # journaled before the ack
         self._admit_lock = threading.Lock()
         store = triage.store
         self.outbox = Outbox(store, on_sent=lambda did, ch, ts: did and ts and store.set_message(did, ch, ts)) \
@@ -204,14 +205,8 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
         app.event("app_home_opened")(out(self.on_home))
         app.event("message")(lambda: None)  # thread chatter is read on mention only
 
-    def dedupe(self, body: dict, next) -> BoltResponse | None:
-        event_id = body.get("event_id")
-        if event_id and self.triage.store and not self.triage.store.first_time(event_id):
-            return BoltResponse(status=200, body="")
-        return next()
-
     def ack_diagnose(self, ack, command: dict) -> None:
-        ack(text=self.admit(command) or ":mag: Diagnosing…")
+        ack(text=self.admit(command, write_down=True) or ":mag: Diagnosing…")
 
     def run_diagnose(self, command: dict, respond, client: WebClient) -> None:
         text = (command.get("text") or "").strip()
@@ -243,6 +238,8 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
             ok = getattr(r, "status_code", 200) == 200
         except Exception:
             ok = False
+        if ok:   # an answer through response_url cannot be looked up: struck off now, never run again after a crash
+            self.answered()
         if not ok:  # response_url failed: post to the channel, through the outbox if Slack is down
             self.post_diagnosis(client, channel, None, d, did, lang, (blocks, fallback, False))
             return
@@ -361,7 +358,8 @@ class SlackBot(FeedbackHandlers, WorkHandlers):
         for update in later:   # every deterministic answer is out; now their phrasings, one at a time
             update()
 
-    def ack_shortcut(self, ack) -> None:
+    def ack_shortcut(self, ack, body: dict) -> None:
+        self.write_down("run_shortcut", body.get("trigger_id") or "", {"body": body})
         ack()
 
     def run_shortcut(self, body: dict, client: WebClient) -> None:

@@ -112,19 +112,16 @@ def make_server(app: App, host: str, port: int, signing_secret: str | None = Non
                 self._send(400, b"malformed request body")
                 return
             self.kind, self.rid = describe(req.body)
-            early = verifier is not None and req.body.get("type") == "event_callback"
-            if early:   # Bolt answers an event with an empty 200 anyway: say it now, then let Bolt run it
-                self._send(200, b"")
+            # An event is acked once Bolt's middleware has written it down (SlackBot.dedupe; its listener runs after
+            # the ack): acked before that, a process killed in between loses it, as Slack never resends it.
             try:
                 resp = app.dispatch(req)
             except Exception as e:   # never a dropped connection: Slack retries a 500
                 log.error("dispatch failed: %s", type(e).__name__)
-                if not early:
-                    self._send(500, b"internal error")
+                self._send(500, b"internal error")
                 return
-            if not early:
-                payload = resp.body.encode() if isinstance(resp.body, str) else (resp.body or b"")
-                self._send(resp.status, payload, resp.headers)
+            payload = resp.body.encode() if isinstance(resp.body, str) else (resp.body or b"")
+            self._send(resp.status, payload, resp.headers)
 
     server = _Server((host, port), Handler)
     server.daemon_threads = True

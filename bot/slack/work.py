@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import sqlite3
+import threading
 
+from slack_bolt import BoltResponse
 from slack_sdk import WebClient
 
 from bot.slack import post_once
@@ -13,7 +16,12 @@ from bot.slack import blocks as kit
 from bot.answer.mrkdwn import outgoing, runbook_links
 
 log = logging.getLogger("triage.slack")
+_running = threading.local()   # the journal entry of the job this pool thread runs
 NOT_HERE = "Train Triage is not enabled in this channel. Ask an admin to add it to TRIAGE_ALLOWED_CHANNELS."
+
+
+def _trigger(command: dict) -> str:
+    return command.get("trigger_id") or command.get("response_url") or ""
 
 
 def request_of(kind: str, kwargs: dict) -> dict:
@@ -26,8 +34,26 @@ def request_of(kind: str, kwargs: dict) -> dict:
 
 
 class WorkHandlers:
-    """Mixed into SlackBot (bot.slack.app), which provides settings, work, journal, limiter, client and the
+    """Mixed into SlackBot (bot.slack.app), which provides settings, triage, work, journal, limiter, client and the
     listeners themselves."""
+
+    def dedupe(self, body: dict, context, next) -> BoltResponse | None:
+        """Bolt middleware: a retried event is not run twice, and a new mention is seen and written down (bot.journal)
+        in one transaction before it is acked (bot.server acks after this): Slack never resends an acked event, and
+        the retry of one whose process died before the ack finds it seen and written down, to be resumed."""
+        event_id, store = body.get("event_id"), self.triage.store
+        if event_id and store:
+            event = body.get("event") or {}
+            try:
+                with store.write():
+                    if not store.first_time(event_id):
+                        return BoltResponse(status=200, body="")
+                    if event.get("type") == "app_mention" and self.journal:
+                        context["triage_job"] = self.journal.begin("on_mention", request_of(
+                            "on_mention", {"event": event, "context": context}))
+            except sqlite3.Error as e:   # the store cannot take it: answer anyway, never drop an event
+                log.error("event %s not written down: %s", event_id, type(e).__name__)
+        return next()
 
     def offload(self, fn):
         """Run a heavy listener on the bot's own pool; Bolt's threads stay free to ack within Slack's 3 s."""
@@ -36,7 +62,7 @@ class WorkHandlers:
             command = kwargs.get("command")
             if command is not None and self.admit(command):   # a /diagnose: its ack said why it is not run
                 return
-            run, entry = self._job(fn, kwargs)
+            run, entry = self._job(fn, kwargs, begun=self._begun_for(fn.__name__, kwargs))
             if command is not None:
                 self.work.submit(run, reserved=True)
             elif not self.work.submit(run):
@@ -45,20 +71,39 @@ class WorkHandlers:
                 self._busy(**kwargs)
         return submit
 
-    def _job(self, fn, kwargs: dict, resumed: tuple[int, str] | None = None):
-        """The job as the pool runs it (journaled: struck off when it ends, however it ends), and its journal entry."""
-        entry = resumed or (self.journal.begin(fn.__name__, request_of(fn.__name__, kwargs)) if self.journal else None)
+    def _begun_for(self, kind: str, kwargs: dict) -> tuple[int, str] | None:
+        """The job's journal entry when it was written down before its ack: a mention's by dedupe, a /diagnose's or
+        a shortcut's by write_down (by its ack, or now if this listener came first)."""
+        if kwargs.get("command") is not None:
+            return self.write_down(kind, _trigger(kwargs["command"]), request_of(kind, kwargs))
+        if kind == "run_shortcut":
+            return self.write_down(kind, (kwargs.get("body") or {}).get("trigger_id") or "", request_of(kind, kwargs))
+        return (kwargs.get("context") or {}).get("triage_job")
+
+    def _job(self, fn, kwargs: dict, resumed: tuple[int, str] | None = None, begun: tuple[int, str] | None = None):
+        """The job as the pool runs it (journaled: struck off when it ends, however it ends), and its journal entry
+        (`begun`: written down already, before the ack)."""
+        entry = resumed or begun or (self.journal.begin(fn.__name__, request_of(fn.__name__, kwargs))
+                                     if self.journal else None)
 
         def run():
+            _running.entry = entry
             try:
                 with post_once.job(entry[1] if entry else "", resumed=resumed is not None):
                     fn(**kwargs)
             except Exception as e:
                 log.error("%s failed: %s", fn.__name__, type(e).__name__)
             finally:
+                _running.entry = None
                 if entry and self.journal:
                     self.journal.done(entry[0])
         return run, entry
+
+    def answered(self) -> None:
+        """Strike the running job off now: its answer is out and cannot be found again to skip it (a response_url)."""
+        entry = getattr(_running, "entry", None)
+        if entry and self.journal:
+            self.journal.done(entry[0])
 
     def resume(self) -> int:
         """Run again the jobs a dead process left unfinished (at start-up); how many were taken."""
@@ -92,10 +137,30 @@ class WorkHandlers:
             log.warning("resumed %d job(s) a stopped process left unfinished", taken)
         return taken
 
-    def admit(self, command: dict) -> str:
-        """'' when this /diagnose runs (its place in the work queue is then reserved), else what to answer instead.
-        Decided once per command, whichever of its ack and its lazy listener asks first."""
-        key = command.get("trigger_id") or command.get("response_url") or ""
+    def write_down(self, kind: str, key: str, request: dict) -> tuple[int, str] | None:
+        """The journal entry of a /diagnose or shortcut, written once, whichever of its ack and its lazy listener
+        comes first (Bolt starts both at once): written before the ack, so a process killed after acking loses
+        nothing (Slack never resends a command or shortcut). None without a key: the listener writes its own."""
+        if not key or self.journal is None:
+            return None
+        with self._admit_lock:
+            if key not in self._begun:
+                self._begun[key] = self.journal.begin(kind, request)
+                while len(self._begun) > 1000:
+                    self._begun.popitem(last=False)
+            return self._begun[key]
+
+    def admit(self, command: dict, write_down: bool = False) -> str:
+        """'' when this /diagnose runs (its place in the work queue is then reserved, and the job written down),
+        else what to answer instead. Decided once per command, whichever of its ack and its lazy listener asks
+        first."""
+        key = _trigger(command)
+        decision = self._admit(command, key)
+        if not decision and write_down:
+            self.write_down("run_diagnose", key, {"command": command})
+        return decision
+
+    def _admit(self, command: dict, key: str) -> str:
         with self._admit_lock:
             if key in self._admission:
                 return self._admission[key]

@@ -77,7 +77,9 @@ class Journal:
         """Jobs whose process died before finishing them (or whose lease ran out), claimed for this process."""
         cutoff = (datetime.now(timezone.utc) - timedelta(seconds=LEASE_S)).isoformat(timespec="seconds")
         taken = []
-        for row in self.store.db.query("select * from work order by id"):
+        # read them all first: a claim (a write) inside the still-open SELECT fails at once with "database is
+        # locked" when another process wrote since the SELECT began (its snapshot is stale), whatever busy_timeout says
+        for row in list(self.store.db.query("select * from work order by id")):
             if row["owner"] == self.owner or (_alive(row["owner"], self.owner) and row["created_at"] > cutoff):
                 continue
             with self.store.write() as db:   # claim it: another process resuming at the same time skips it
