@@ -122,11 +122,15 @@ def main(argv: list[str] | None = None) -> int:
         proc, url = start_server(ROOT / ".llm-check-server.log", args.ctx)
     try:
         rows = measure(url, args.model, args.timeout, args.max_tokens, args.langs.split(","))
+        print(table(rows, args.timeout), flush=True)
     finally:
-        if proc is not None:
+        if proc is not None:   # it may still be generating for a request its client gave up on
             proc.terminate()
-            proc.wait(10)
-    print(table(rows, args.timeout))
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     bad = [r for r in rows if r["wall_s"] > args.timeout + SLACK_S]
     return 1 if bad else 0
 
