@@ -10,7 +10,7 @@ from time import perf_counter
 from typing import Sequence
 
 from parsers.scan.base import Hit, Reader, unprefix
-from parsers.scan.backends import BACKENDS, make_backend
+from parsers.scan.backends import BACKENDS, make_backend, presence
 from parsers.scan.rows import PY_MAX, State, python_rows
 
 __all__ = ["BACKENDS", "MAX_TEXT", "Scanner", "clean", "make_backend"]
@@ -88,11 +88,15 @@ class _Feeder:
         self.owner = {f.name: i for i, r in enumerate(readers) for f in getattr(r, "families", ())}
         self.families = [f for r in readers for f in getattr(r, "families", ())]
         self.sel = {f.name: tuple(x.encode() for x in f.select) for f in self.families}
+        self.present = presence(tuple(sorted({x for v in self.sel.values() for x in v}))) if self.families else None
 
     def rows(self, buf: bytes, first_no: int, active, readers: Sequence) -> list:
         fams = [f for f in self.families if (active is None or self.owner[f.name] in active)
-                and getattr(readers[self.owner[f.name]], "wants_rows", _no)(f)
-                and any(map(buf.__contains__, self.sel[f.name]))]
+                and getattr(readers[self.owner[f.name]], "wants_rows", _no)(f)]
+        if not fams:
+            return []
+        held = self.present(buf)
+        fams = [f for f in fams if not held.isdisjoint(self.sel[f.name])]
         if not fams:
             return []
         if self.prefer == "polars" or (self.prefer == "auto" and len(buf) > PY_MAX):
