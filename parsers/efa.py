@@ -210,6 +210,9 @@ class TransportParser(Parser):
     def feed_rows(self, rows) -> None:
         self.gdr.feed_rows(rows)
 
+    def wants_rows(self, family) -> bool:
+        return not self.gdr.gdr   # (one channel with GPUDirect RDMA settles it)
+
     def feed(self, hit: Hit) -> None:
         t = hit.text
         if self.no_plugin is None and "lugin" in t:

@@ -145,6 +145,32 @@ class _AhoCorasickBackend:
         return _group(buf, hits, self.literals)
 
 
+_PRESENCE: dict[tuple[bytes, ...], object] = {}   # literals -> a single-match database (read-only, shared)
+
+
+def presence(literals: tuple[bytes, ...]):
+    """A function: chunk -> the set of these literals it holds. One Hyperscan pass reporting each literal at most
+    once (a handful of literals: CPython's `in` takes a full pass, 3-6 ms of an 8 MiB chunk, for each one absent);
+    `in` for each where Hyperscan is not installed."""
+    try:
+        import hyperscan
+    except ImportError:
+        return lambda buf: {x for x in literals if x in buf}
+    db = _PRESENCE.get(literals)
+    if db is None:
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=list(literals), ids=list(range(len(literals))), elements=len(literals),
+                   flags=[hyperscan.HS_FLAG_SINGLEMATCH] * len(literals), literal=True)
+        _PRESENCE[literals] = db
+    scratch = hyperscan.Scratch(db)
+
+    def found(buf: bytes) -> set[bytes]:
+        out: set[bytes] = set()
+        db.scan(buf, match_event_handler=lambda i, f, to, fl, c: out.add(literals[i]), scratch=scratch)
+        return out
+    return found
+
+
 BACKENDS = ("auto", "hyperscan", "ahocorasick", "re")
 _NATIVE = {"hyperscan": _HyperscanBackend, "ahocorasick": _AhoCorasickBackend}
 

@@ -116,6 +116,11 @@ class Reader:
         """A batch of one of its families' rows (parsers.scan.rows.Rows), in line order, before the chunk's Hits."""
         raise NotImplementedError
 
+    def wants_rows(self, family) -> bool:
+        """Whether this family's rows can still change what the reader says (False: they are not read; the lines
+        the family selects still never reach `feed`)."""
+        return True
+
     @classmethod
     def bulk_wanted(cls, sample: bytes) -> bool:
         return False

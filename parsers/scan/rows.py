@@ -9,7 +9,6 @@ kept row on those fields dropped (each row says how many it stands for). This mo
 holds the two to the same answers)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,19 +71,36 @@ def decode(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def _lines_of(buf: bytes, fam: Family) -> list[tuple[int, bytes]]:
-    """(0-based line index in the chunk, the line) for every line holding a selecting literal."""
-    pat = re.compile(b"|".join(re.escape(s.encode()) for s in sorted(fam.select, key=len, reverse=True)))
-    out, pos, no, counted, n = [], 0, 0, 0, len(buf)
-    while (m := pat.search(buf, pos)) is not None:
-        ls = buf.rfind(b"\n", 0, m.start()) + 1
-        le = buf.find(b"\n", m.end())
-        le = n if le < 0 else le
+def _lines_of(buf: bytes, fam: Family, split: list) -> list[tuple[int, bytes]]:
+    """(0-based line index in the chunk, the line) for every line holding a selecting literal. C-level searches:
+    where the family holds many of the chunk's lines, one test of each line of the split chunk (`split`: the
+    chunk's lines, made once for all families); else a find for each occurrence."""
+    sels = [s.encode() for s in fam.select]
+    n = sum(map(buf.count, sels))
+    if not n:
+        return []
+    if n << 12 > len(buf):   # dense: more than one a 4 KiB
+        if not split:
+            split.extend(buf.split(b"\n"))
+        if len(sels) == 1:
+            s = sels[0]
+            return [(k, line) for k, line in enumerate(split) if s in line]
+        return [(k, line) for k, line in enumerate(split) if any(s in line for s in sels)]
+    out, no, counted, size = [], 0, 0, len(buf)
+    nxt = {s: buf.find(s) for s in sels}
+    while True:
+        at = min((p for p in nxt.values() if p >= 0), default=-1)
+        if at < 0:
+            return out
+        ls = buf.rfind(b"\n", 0, at) + 1
+        le = buf.find(b"\n", at)
+        le = size if le < 0 else le
         no += buf.count(b"\n", counted, ls)
         counted = ls
         out.append((no, buf[ls:le]))
-        pos = le + 1
-    return out
+        for s, p in nxt.items():
+            if 0 <= p <= le:
+                nxt[s] = buf.find(s, le + 1)
 
 
 def add_row(rows: Rows, state: State, no: int, values: dict[str, Any], text: str | None) -> None:
@@ -106,18 +122,30 @@ def add_row(rows: Rows, state: State, no: int, values: dict[str, Any], text: str
 
 
 def python_rows(buf: bytes, families: list[Family], first_no: int, state: State) -> list[Rows]:
-    """Every family's rows in `buf`, whose first line is number first_no + 1."""
-    out = []
+    """Every family's rows in `buf`, whose first line is number first_no + 1 (a column at a time: each field's
+    pattern over the family's lines in one comprehension)."""
+    out, split = [], []
     for fam in families:
+        got = _lines_of(buf, fam, split)
+        lines = [decode(raw) for _, raw in got]
+        cols = {}
+        for n, p in fam.fields:
+            search = compiled(p).search
+            cols[n] = [m.group(1) if (m := search(line)) is not None else None for line in lines]
+        if fam.text:
+            text: list[str | None] = lines
+        elif fam.need:
+            need = [cols[n] for n in fam.need]
+            text = [line if None in vs else None for line, *vs in zip(lines, *need)]
+        else:
+            text = [None] * len(lines)
+        no = [first_no + i + 1 for i, _ in got]
+        if not fam.distinct:
+            out.append(Rows(fam, no=no, fields=cols, text=text, count=[1] * len(no)))
+            continue
         rows = Rows(fam, fields={n: [] for n, _ in fam.fields})
-        pats = [(n, compiled(p)) for n, p in fam.fields]
-        for i, raw in _lines_of(buf, fam):
-            line = decode(raw)
-            values = {}
-            for n, p in pats:
-                m = p.search(line)
-                values[n] = m.group(1) if m else None
-            keep = fam.text or any(values[n] is None for n in fam.need)
-            add_row(rows, state, first_no + i + 1, values, line if keep else None)
+        names = [n for n, _ in fam.fields]
+        for k, line_no in enumerate(no):
+            add_row(rows, state, line_no, {n: cols[n][k] for n in names}, text[k])
         out.append(rows)
     return out

@@ -10,7 +10,7 @@ from time import perf_counter
 from typing import Sequence
 
 from parsers.scan.base import Hit, Reader, unprefix
-from parsers.scan.backends import BACKENDS, make_backend
+from parsers.scan.backends import BACKENDS, make_backend, presence
 from parsers.scan.rows import PY_MAX, State, python_rows
 
 __all__ = ["BACKENDS", "MAX_TEXT", "Scanner", "clean", "make_backend"]
@@ -77,8 +77,9 @@ class _Owners(dict):
 
 
 class _Feeder:
-    """The families' rows for each chunk: the pure-Python feeder for a small chunk (or when asked), the native one
-    for a big chunk it can read line for line (parsers/scan/native.py)."""
+    """The families' rows for each chunk: the pure-Python feeder for a small chunk (or when asked), the native one for
+    a big chunk it can read line for line (parsers/scan/native.py). A family none of whose selectors is in the chunk,
+    or whose reader wants no more rows (Reader.wants_rows), is not read at all: it would give its reader nothing."""
 
     def __init__(self, readers: Sequence[Reader], prefer: str = "auto"):
         if prefer not in FEEDERS:
@@ -86,9 +87,16 @@ class _Feeder:
         self.prefer, self.state = prefer, State()
         self.owner = {f.name: i for i, r in enumerate(readers) for f in getattr(r, "families", ())}
         self.families = [f for r in readers for f in getattr(r, "families", ())]
+        self.sel = {f.name: tuple(x.encode() for x in f.select) for f in self.families}
+        self.present = presence(tuple(sorted({x for v in self.sel.values() for x in v}))) if self.families else None
 
-    def rows(self, buf: bytes, first_no: int, active) -> list:
-        fams = [f for f in self.families if active is None or self.owner[f.name] in active]
+    def rows(self, buf: bytes, first_no: int, active, readers: Sequence) -> list:
+        fams = [f for f in self.families if (active is None or self.owner[f.name] in active)
+                and getattr(readers[self.owner[f.name]], "wants_rows", _no)(f)]
+        if not fams:
+            return []
+        held = self.present(buf)
+        fams = [f for f in fams if not held.isdisjoint(self.sel[f.name])]
         if not fams:
             return []
         if self.prefer == "polars" or (self.prefer == "auto" and len(buf) > PY_MAX):
@@ -100,6 +108,10 @@ class _Feeder:
             if df is not None:
                 return scan_polars.rows(df, fams, first_no, self.state)
         return python_rows(buf, fams, first_no, self.state)
+
+
+def _no(family) -> bool:
+    return False   # (a reader switched off: _Off)
 
 
 class _Off:
@@ -135,20 +147,36 @@ class Scanner:
 
     def _index(self, bulk: set[int]) -> None:
         owners: dict[bytes, set[int]] = {}
-        selectors: dict[bytes, set[int]] = {}
         for i, p in enumerate(self.parsers):
             for t in (p.bulk_triggers if i in bulk else p.triggers):
                 owners.setdefault(t.encode(), set()).add(i)
-            for f in getattr(p, "families", ()):
-                for s in f.select:   # a line one of its families selects reaches a reader as a row, not a Hit
-                    selectors.setdefault(s.encode(), set()).add(i)
-                    owners.setdefault(s.encode(), set())
-        self._selectors = _Owners(selectors)
+        # A line one of its families selects reaches a reader as a row, not a Hit: the selectors are looked for
+        # only on the lines a trigger of such a reader found (_claimants), never searched for in the whole chunk.
+        self._sel_of = {i: tuple(s.encode() for f in getattr(p, "families", ()) for s in f.select)
+                        for i, p in enumerate(self.parsers) if getattr(p, "families", ())}
+        self._shadow = {t: s for t, ix in owners.items() if (s := self._shadowing(t, ix)) is not None}
         # Every reader's triggers are searched for, fed or not, so that the candidate lines (and a long line's
         # window, which centres on its first trigger) are the same in every process that reads part of the readers.
-        self.backend = make_backend(list(owners), self.backend_name, self.cache)
         self._all_owners = owners
+        self._matchers: dict[frozenset[bytes], object] = {}
+        self.backend = self._matcher(frozenset())
         self._own()
+
+    def _shadowing(self, t: bytes, readers: set[int]) -> bytes | None:
+        """The selector that holds trigger t once, shared by every reader t concerns (Megatron's TFLOP/s figure in
+        its family's selector): a chunk where every t lies inside that selector needs no search for t. t must not
+        overlap itself, so that bytes.count finds every occurrence of it."""
+        if any(t[:k] == t[-k:] for k in range(1, len(t))):
+            return None
+        common = set.intersection(*(set(self._sel_of.get(i, ())) for i in readers))
+        return next((s for s in sorted(common) if s.count(t) == 1), None)
+
+    def _matcher(self, dropped: frozenset[bytes]):
+        m = self._matchers.get(dropped)
+        if m is None:
+            m = self._matchers[dropped] = make_backend([t for t in self._all_owners if t not in dropped],
+                                                       self.backend_name, self.cache)
+        return m
 
     def _own(self) -> None:
         """Which readers each trigger feeds here: all of them, or those of this process's share."""
@@ -201,18 +229,21 @@ class Scanner:
                 cost[i] += perf_counter() - began
         self.bulk = [i for i in self.bulk if not isinstance(self.parsers[i], _Off)]
 
-    def _claimants(self, found: list[bytes]) -> tuple[int, ...]:
+    def _claimants(self, found: list[bytes], buf: bytes, ls: int, le: int) -> tuple[int, ...]:
         key = tuple(found)   # (a log repeats its few combinations of literals on thousands of lines)
-        who = self._who.get(key)
-        if who is None:
-            fs = set(found)
-            mine = set().union(*(self.owners[f] for f in fs))
-            who = self._who[key] = tuple(sorted(mine - set().union(*(self._selectors[f] for f in fs))))
+        got = self._who.get(key)
+        if got is None:
+            who = tuple(sorted(set().union(*(self.owners[f] for f in set(found)))))
+            got = self._who[key] = (who, frozenset(i for i in who if i in self._sel_of))
+        who, picky = got
+        if picky:   # readers with families: not on a line one of their families selects
+            line = buf[ls:le]
+            who = tuple(i for i in who if i not in picky or not any(s in line for s in self._sel_of[i]))
         return who
 
     def _feed_rows(self, buf: bytes, start_no: int) -> None:
         """Each family's rows of this chunk to its reader, before any of the chunk's lines is fed one by one."""
-        for rows in self.feeder.rows(buf, start_no, self.active):
+        for rows in self.feeder.rows(buf, start_no, self.active, self.parsers):
             if not len(rows):
                 continue
             i = self.feeder.owner[rows.family.name]
@@ -281,10 +312,13 @@ class Scanner:
         if self.bulk:
             self._feed_bulk(buf, start_no)
         counted_at, no, n = 0, start_no, len(buf)
+        if self._shadow:
+            self.backend = self._matcher(frozenset(t for t, s in self._shadow.items()
+                                                   if (c := buf.count(t)) and c == buf.count(s)))
         for ls, le, first, found in self.backend.lines(buf):
             no += buf.count(b"\n", counted_at, ls)
             counted_at = ls
-            who = self._claimants(found)
+            who = self._claimants(found, buf, ls, le)
             if not who:   # only readers another process feeds
                 continue
             if len(who) == 1 and not self._pending and self._quick(who[0], buf, ls, le, no + 1):
