@@ -88,10 +88,13 @@ class FakeLLM:
                     time.sleep(fake.delay or 5)
                 if fake.mode == "garbage":
                     content = "Sure! Here is my answer without any JSON."
+                elif fake.mode == "length":   # the reply ran into max_tokens: its JSON never closes
+                    content = json.dumps(mutate("echo")(req), ensure_ascii=False)[:60]
                 else:
                     content = json.dumps((fake.reply or mutate(fake.mode))(req), ensure_ascii=False)
                 self._send(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()),
-                                 "model": req.get("model", "fake"), "choices": [{"index": 0, "finish_reason": "stop",
+                                 "model": req.get("model", "fake"), "choices": [{"index": 0, "finish_reason":
+                                 "length" if fake.mode == "length" else "stop",
                                  "message": {"role": "assistant", "content": content}}],
                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
@@ -114,7 +117,7 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=8400)
     ap.add_argument("--mode", default="echo",
                     choices=["echo", "bad-env", "bad-cite", "bad-value", "drop-step", "error", "slow", "garbage",
-                             "json-object-only"])
+                             "json-object-only", "length"])
     a = ap.parse_args(argv)
     fake = FakeLLM(a.mode, a.port)
     print(f"fake OpenAI-compatible API at {fake.url} (mode {a.mode})", file=sys.stderr)

@@ -170,6 +170,14 @@ def test_a_server_that_takes_only_json_object_gets_the_schema_in_that_form_once_
     assert _phraser(err.url).phrase(d, "en").reason.startswith("error") and len(err.requests) == 1
 
 
+def test_a_reply_cut_at_max_tokens_is_rejected_as_such(run, llm_server):
+    srv = llm_server("length")
+    d = run((FIXTURES / "gpu_xid" / "xid79.log").read_bytes())
+    out = _phraser(srv.url).phrase(d, "en")
+    assert out.answer is None and out.reason == "rejected: the reply reached max_tokens (900) before its JSON ended"
+    assert len(srv.requests) == 1
+
+
 def test_the_prompt_is_sized_for_a_small_model_and_repeats_the_rules_in_the_user_turn(run, llm_server):
     srv = llm_server("echo")
     d = run((FIXTURES / "nccl_timeout" / "lagging_rank.log").read_bytes())

@@ -245,7 +245,8 @@ class Phraser:
         except (ValidationError, ValueError) as e:
             reason = f"rejected: not the JSON asked for ({type(e).__name__})"
         except Exception as e:  # timeouts, HTTP errors, provider outages: never the user's problem
-            reason = f"error: {type(e).__name__}: {str(e)[:160]}"
+            reason = (f"rejected: the reply reached max_tokens ({self.cfg.max_tokens}) before its JSON ended"
+                      if type(e).__name__ == "LengthFinishReasonError" else f"error: {type(e).__name__}: {str(e)[:160]}")
         ms = int((time.monotonic() - t0) * 1000)
         log.info("llm %s lang=%s %s in %d ms", self.cfg.label, lang, reason, ms)
         if self.store:
