@@ -254,6 +254,12 @@ def _why(c: Candidate, m: Model, gpu_gib: float, per_node: int) -> list[str]:
     return why
 
 
+def seed_min_gpus(m: Model, gpu_gib: float) -> int:
+    """The seed's checklist figure (000 §2): P × 12 bytes (fp16 weights 2 + gradients 2 + Adam states 8) over the
+    GPU's memory, nothing else counted — a floor under what min_gpus counts."""
+    return math.ceil(m.params * 12 / (gpu_gib * 1e9))
+
+
 def min_gpus(m: Model, gpu_gib: float) -> int:
     """GPUs needed to hold the model states alone at 1.5× headroom (18 bytes per parameter)."""
     return math.ceil(m.params * 18 * 1.5 / (gpu_gib * GIB))

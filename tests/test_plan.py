@@ -287,3 +287,12 @@ def test_a_seed_row_whose_figure_needs_more_sharding_says_so():
     rows = [ln for ln in out.splitlines() if ln.startswith("Seed starting point")]
     assert rows and all("ZeRO 1 does not fit" in r and "needs ZeRO 3" in r for r in rows)
     assert not any(r.endswith("GiB per GPU") for r in rows)
+
+
+def test_the_seeds_rule_of_thumb_is_shown_beside_the_planners_count():
+    """000 §2's checklist: 70B × 12 bytes (fp16 Adam) = 840 GB, at least 11 GPUs of 80 GB before activations; the
+    planner's own count (18 bytes, 1.5× headroom) stays the one it plans with."""
+    from bot.answer.plan import plan_text
+    text = plan_text("--params 70B --gpus 64 --gpu a100-80gb")
+    assert "P × 12 bytes for fp16 Adam = 840 GB, gives 11 before activations" in text
+    assert "at least 23 GPUs of 80 GiB at 1.5× headroom" in text

@@ -77,6 +77,10 @@ def seed_rows(model: P.Model, gpus: int, gpu: str, mb: int) -> list[dict]:
     return rows
 
 
+def _gb(n: float) -> str:
+    return f"{n / 1e12:.3g} TB" if n >= 1e12 else f"{n / 1e9:.3g} GB"
+
+
 def text_of(model: P.Model, args, gpu: str, instance: str | None, need: int, shown: list[P.Candidate]) -> str:
     size = f"{model.params / 1e9:g}B"
     kind = (f"MoE model ({model.experts} experts, top-{model.top_k}, {model.active / 1e9:g}B active; "
@@ -88,7 +92,9 @@ def text_of(model: P.Model, args, gpu: str, instance: str | None, need: int, sho
            + (f" ({args.efa_gbps} Gbps EFA per node: planned as a slow network, PP "
               "first)." if args.planned_network != args.network else "."),
            f"Model states alone need at least {need} GPUs of {P.GPU_GIB[gpu]} GiB at 1.5× headroom "
-           "(18 bytes per parameter)."]
+           f"(18 bytes per parameter; the seed's rule of thumb, P × 12 bytes for fp16 Adam = "
+           f"{_gb(model.params * 12)}, gives {P.seed_min_gpus(model, P.GPU_GIB[gpu])} before activations and "
+           "headroom: 000 §2)."]
     for row in seed_rows(model, args.gpus, gpu, args.micro_batch):
         layout = f"DP {row['dp']} · TP {row['tp']} · PP {row['pp']}" + (f" · EP {row['ep']}" if "ep" in row else
                                                                        f" · ZeRO {row['zero_stage']}")
