@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-SLACK_S = 2.0   # the deadline's allowance for the client's own work around the call
+ALLOWANCE_S = 2.0   # the deadline's allowance for the client's own work around the call
 
 
 def _free_port() -> int:
@@ -97,7 +97,7 @@ def table(rows: list[dict], timeout: float) -> str:
         lines.append(f"| {r['log']} | {r['lang']} | {'yes' if r['well_formed'] else 'no'} | {r['outcome'][:70]} | "
                      f"{r['wall_s']:.1f} | {r['prompt']} | {r['completion']} |")
     n = len(rows)
-    late = [r for r in rows if r["wall_s"] > timeout + SLACK_S]
+    late = [r for r in rows if r["wall_s"] > timeout + ALLOWANCE_S]
     lines += ["", f"{n} calls: {sum(r['well_formed'] for r in rows)} well-formed, "
               f"{sum(r['outcome'] == 'accepted' for r in rows)} accepted, "
               f"{sum(r['outcome'].startswith('rejected') for r in rows)} rejected by the guard or the parser, "
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-    bad = [r for r in rows if r["wall_s"] > args.timeout + SLACK_S]
+    bad = [r for r in rows if r["wall_s"] > args.timeout + ALLOWANCE_S]
     return 1 if bad else 0
 
 

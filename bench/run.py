@@ -175,17 +175,24 @@ def _megatron(a, work: Path, target) -> None:
            check_found(json.loads(out), info))
 
 
-def _mixed(a, work: Path, literals: Path, target) -> None:
-    """The mixed 512-rank log: time, readers shared over processes, and over the size cap."""
-    log = work / f"mixed-{a.mixed_mb}mb.log"
-    info = gen("mixed", log, a.mixed_mb)
+def _mixed_row(a, work: Path, literals: Path, target, kind: str, layout: str):
+    """One mixed layout against the grep pair a person would run: (log, what it holds, time, RSS, JSON)."""
+    log = work / f"{kind}-{a.mixed_mb}mb.log"
+    info = gen(kind, log, a.mixed_mb)
     tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
     base = errors_and_loss(literals, f"'{log}'", MEGATRON_LOSS)
-    target(f"mixed 512-rank log {a.mixed_mb} MiB ([rankN]: prefixes, NCCL set-up + iterations), triage / "
-           "(grep -F 25 literals + grep -oE loss)", f"{tri / base:.2f}x ({tri:.2f} s vs "
-           f"{base:.2f} s), RSS {rss} MiB", "<= 1.0x, <= 200 MiB", tri <= base and rss <= 200)
-    target("mixed log: OOM and loss spike found at their lines", str(check_found(json.loads(out), info)), "True",
-           check_found(json.loads(out), info))
+    found = check_found(json.loads(out), info)
+    target(f"mixed 512-rank log {a.mixed_mb} MiB, {layout}, triage / (grep -F 25 literals + grep -oE loss)",
+           f"{tri / base:.2f}x ({tri:.2f} s vs {base:.2f} s), RSS {rss} MiB", "<= 1.0x, <= 200 MiB",
+           tri <= base and rss <= 200)
+    target(f"mixed log, {layout}: OOM and loss spike found at their lines", str(found), "True", found)
+    return log, tri, rss, out
+
+
+def _mixed(a, work: Path, literals: Path, target) -> None:
+    """The mixed 512-rank log: time, readers shared over processes, and over the size cap."""
+    log, tri, rss, out = _mixed_row(a, work, literals, target, "mixed",
+                                    "[rankN]: prefixes, NCCL set-up then iterations")
     one, one_rss, one_out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", "--jobs", "1", str(log)])
     same = json.loads(one_out) == json.loads(out)
     target(f"mixed log {a.mixed_mb} MiB, readers shared over up to {os.cpu_count()} processes (the default) / one "
@@ -198,15 +205,10 @@ def _mixed(a, work: Path, literals: Path, target) -> None:
 
 def _mixed_pg(a, work: Path, literals: Path, target) -> None:
     """Issue 33's second layout: new process groups' NCCL set-up all through the run, every rank's iterations."""
-    log = work / f"mixed-pg-{a.mixed_mb}mb.log"
-    info = gen("mixed-pg", log, a.mixed_mb)
-    tri, rss, out = best_of(RUNS, [*TRIAGE, "diagnose", "--json", str(log)])
-    base = errors_and_loss(literals, f"'{log}'", MEGATRON_LOSS)
-    target(f"mixed 512-rank log {a.mixed_mb} MiB, second layout (new process groups' NCCL set-up all through the run, "
-           "every rank's iterations), triage / (grep -F 25 literals + grep -oE loss)", f"{tri / base:.2f}x ({tri:.2f} s "
-           f"vs {base:.2f} s), RSS {rss} MiB, found: {check_found(json.loads(out), info)}", "<= 1.0x, <= 200 MiB",
-           tri <= base and rss <= 200 and check_found(json.loads(out), info))
+    log, *_ = _mixed_row(a, work, literals, target, "mixed-pg",
+                         "second layout (new process groups' NCCL set-up all through the run)")
     log.unlink()
+
 
 def _startup(work: Path, target, notes: list[str]) -> None:
     """The CLI on a 50-line paste against a bare interpreter importing the same libraries, warm and cold."""

@@ -49,11 +49,6 @@ def together_text() -> str:
                    _triage("diagnose", "--color", "never", "--together", TOGETHER))
 
 
-def _slack_module():
-    """The module that builds the Slack blocks of a diagnosis."""
-    return import_module("bot.slack.blocks")
-
-
 def _block_lines(block: dict) -> list[str]:
     kind = block["type"]
     if kind == "header":
@@ -74,7 +69,7 @@ def example_slack() -> str:
     from engine import Engine
     from playbooks.engine import load
     d = Engine(load()).diagnose(from_bytes((ROOT / EXAMPLE).read_bytes(), Path(EXAMPLE).name), "en")
-    blocks, _ = _slack_module().diagnosis_blocks(d, 17)
+    blocks, _ = import_module("bot.slack.blocks").diagnosis_blocks(d, 17)
     lines = [line for b in blocks for line in _block_lines(b)]
     return "````text\n" + "\n".join(lines) + "\n````\n"   # four backticks: the mrkdwn holds ``` of its own
 

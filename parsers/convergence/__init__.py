@@ -174,11 +174,11 @@ class LossParser(Parser):
         if any(s in t for s in _SKIP):
             return
         m = search(_NAN_FOUND, t)
-        if m:   # a check that stops counts at once; one that skips the step, from its GNAN_RUN-th time on
-            stops = m.group(0)[:5].lower() == "found"
-            self.nan_skips += not stops
-            if stops or self.nan_skips >= GNAN_RUN:
-                self.grad_nan += 1 if stops or self.nan_skips > GNAN_RUN else GNAN_RUN
+        if m:   # a check that stops counts at once; one that skips the step, from its GNAN_RUN-th time on (_nan_finding)
+            if m.group(0)[:5].lower() == "found":
+                self.grad_nan += 1
+            else:
+                self.nan_skips += 1
             self.nan_ev.hit(hit)
             return
         m = search(_NAN_ITERS, t)
@@ -288,6 +288,7 @@ class LossParser(Parser):
 
     def _nan_finding(self, ctx: Context) -> Finding | None:
         f: dict[str, Any] = {}
+        grad_nan = self.grad_nan + (self.nan_skips if self.nan_skips >= GNAN_RUN else 0)   # skips: a run of them
         nans = [s for s in self.series.values() if s.first_nan]
         if nans:
             s = min(nans, key=lambda x: x.first_nan["line"])
@@ -304,16 +305,16 @@ class LossParser(Parser):
                 title += f" (last finite loss {first['last_finite']:.4g})"
             if f["persists"]:
                 title += " and stays NaN"
-        elif self.grad_nan or self.nan_iters or self._gnan_counts(ctx):
+        elif grad_nan or self.nan_iters or self._gnan_counts(ctx):
             rule, title = "loss_nan.grad_norm", "Gradient norm is NaN/Inf"
-            f["grad_norm_nan_points"] = self.grad_nan + self.gnan_points
+            f["grad_norm_nan_points"] = grad_nan + self.gnan_points
             if self._gnan_counts(ctx):
                 title += f" on the last {self.gnan_run} logged steps" + (
                     ", and the loss has collapsed to 0" if self.gnan_zero else " although the loss is finite")
                 self.nan_ev.items.extend(self.gnan_ev.items)
             if self.nan_iters:
                 f["nan_iterations"] = self.nan_iters
-                title = f"Megatron counts {self.nan_iters} NaN iteration(s)" if not self.grad_nan else title
+                title = f"Megatron counts {self.nan_iters} NaN iteration(s)" if not grad_nan else title
         elif self.term_nan:
             rule = "loss_nan.loss_term"
             f["nan_points"] = self.term_nan
